@@ -1,0 +1,151 @@
+"""We0Agent: the thin façade over the loop — build_request, stream, invoke, transcript."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator, Optional, Sequence
+
+from pydantic import TypeAdapter
+
+from ..messages import Transcript
+from ..models.base import Model
+from ..persistence.base import Persistence
+from ..persistence.memory import MemoryPersistence
+from ..tools import AnyToolDefinition, ToolDefinition, tool as make_tool
+from .loop import Run
+from .request import RunRequest, RunResult, UserInput, build_request
+
+__all__ = ["We0Agent"]
+
+
+class We0Agent:
+    """An LLM agent whose every message and part is persisted as it happens.
+
+    ``model`` streams replies; ``tools`` are :func:`~we0nb.tool` definitions (plain
+    functions are wrapped with the default, safe policy: side effects); ``persistence``
+    defaults to a fresh :class:`MemoryPersistence`. ``output_type`` asks for structured
+    output (then only :meth:`invoke` can be used). ``flush_interval`` bounds how much
+    streamed text a crash can lose (seconds).
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        tools: Sequence[AnyToolDefinition] = (),
+        *,
+        persistence: Optional[Persistence] = None,
+        system_prompt: Optional[str] = None,
+        output_type: Any = None,
+        output_tool_name: str = "final_result",
+        output_retries: int = 3,
+        max_steps: int = 50,
+        flush_interval: float = 0.25,
+    ):
+        if not isinstance(model, Model):
+            raise TypeError(
+                f"We0Agent(model): expected a we0nb model (ScriptedModel, FunctionModel, OpenAIChatModel, "
+                f"or a Model subclass), got {type(model).__name__}."
+            )
+        if persistence is None:
+            persistence = MemoryPersistence()
+        elif not isinstance(persistence, Persistence):
+            raise TypeError(
+                "We0Agent(persistence=...): expected MemoryPersistence(), SqlPersistence(url) or another "
+                f"Persistence, got {type(persistence).__name__}."
+            )
+        if isinstance(tools, (str, bytes)) or not isinstance(tools, Sequence):
+            raise TypeError("We0Agent(tools=...): expected a list of tools made with @tool.")
+        defs: list[AnyToolDefinition] = []
+        for t in tools:
+            if isinstance(t, ToolDefinition):
+                defs.append(t)
+            elif callable(t):
+                defs.append(make_tool(t))
+            else:
+                raise TypeError(f"We0Agent(tools=...): {t!r} is not a tool; decorate a function with @tool.")
+        by_name: dict[str, AnyToolDefinition] = {}
+        for d in defs:
+            if d.name in by_name:
+                raise ValueError(f"We0Agent(tools=...): two tools are named {d.name!r}; tool names must be unique.")
+            by_name[d.name] = d
+        if output_type is not None and output_tool_name in by_name:
+            raise ValueError(f"A tool is named {output_tool_name!r}, which is reserved for structured output; "
+                             "rename it or pass output_tool_name=.")
+        if not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError("We0Agent(max_steps=...): expected an integer >= 1.")
+        if not isinstance(output_retries, int) or output_retries < 0:
+            raise ValueError("We0Agent(output_retries=...): expected an integer >= 0.")
+        if not isinstance(flush_interval, (int, float)) or flush_interval < 0:
+            raise ValueError("We0Agent(flush_interval=...): expected seconds >= 0 (0 writes every delta).")
+        self.model = model
+        self.tools: tuple[AnyToolDefinition, ...] = tuple(defs)
+        self.tools_by_name = by_name
+        self.persistence = persistence
+        self.system_prompt = system_prompt
+        self.output_type = output_type
+        self.output_tool_name = output_tool_name
+        self.output_retries = output_retries
+        self.max_steps = max_steps
+        self.flush_interval = float(flush_interval)
+        self.output_adapter: Optional[TypeAdapter[Any]] = None
+        self.output_schema: dict[str, Any] = {}
+        if output_type is not None:
+            self.output_adapter = TypeAdapter(output_type)
+            schema = self.output_adapter.json_schema()
+            if schema.get("type") != "object":
+                raise TypeError(
+                    "We0Agent(output_type=...): expected a pydantic model, dataclass or TypedDict "
+                    "(something that is a JSON object)."
+                )
+            self.output_schema = schema
+
+    def __repr__(self) -> str:
+        return (f"We0Agent(model={self.model.model_id!r}, tools={[t.name for t in self.tools]}, "
+                f"persistence={self.persistence!r})")
+
+    # ------------------------------------------------------------------ entry points
+
+    def build_request(self, *, abort: Optional[asyncio.Event] = None, mode: str = "prompt",
+                      session_id: Optional[str] = None,
+                      messages: Optional[Sequence[UserInput]] = None) -> RunRequest:
+        """Validate a run and return it, without running anything."""
+        return build_request(abort=abort, mode=mode, session_id=session_id, messages=messages)
+
+    def stream(self, *, abort: Optional[asyncio.Event] = None, mode: str = "prompt",
+               session_id: Optional[str] = None,
+               messages: Optional[Sequence[UserInput]] = None) -> AsyncIterator[dict[str, Any]]:
+        """Run and yield event dicts (see :mod:`we0nb.engine.events`). Validates eagerly."""
+        if self.output_type is not None:
+            raise ValueError(
+                "stream() cannot be used when the agent has a structured output type "
+                f"(output_type={self.output_type!r}); use invoke(), which returns it as result.output."
+            )
+        request = self.build_request(abort=abort, mode=mode, session_id=session_id, messages=messages)
+        return Run(self, request, structured=False).events()
+
+    async def invoke(self, *, abort: Optional[asyncio.Event] = None, mode: str = "prompt",
+                     session_id: Optional[str] = None,
+                     messages: Optional[Sequence[UserInput]] = None) -> RunResult:
+        """Run to the end and return the :class:`RunResult` (raises CancelledError on abort)."""
+        request = self.build_request(abort=abort, mode=mode, session_id=session_id, messages=messages)
+        return await self.run_request(request)
+
+    async def run_request(self, request: RunRequest) -> RunResult:
+        """Run an already-built request to its end."""
+        run = Run(self, request, structured=self.output_type is not None)
+        async for _ in run.events():
+            pass
+        assert run.result is not None
+        return run.result
+
+    def stream_request(self, request: RunRequest) -> AsyncIterator[dict[str, Any]]:
+        """Stream an already-built request (the notebook panel uses this)."""
+        if self.output_type is not None:
+            raise ValueError("stream_request() cannot be used with output_type; use run_request().")
+        return Run(self, request, structured=False).events()
+
+    async def transcript(self, session_id: str) -> Transcript:
+        """The persisted history of ``session_id`` (``.session`` is None when it does not exist)."""
+        if not isinstance(session_id, str):
+            raise TypeError(f"session_id must be a string, got {type(session_id).__name__}.")
+        return await self.persistence.load_transcript(session_id)

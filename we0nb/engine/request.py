@@ -1,0 +1,107 @@
+"""The run request and result, and the validation every entry point goes through.
+
+``build_request()`` is the single gate: ``stream()`` and ``invoke()`` validate through
+it, so the exact ``ValueError`` messages of the spec come from here and only here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, Sequence
+
+from .._ids import new_id
+from ..messages import Usage
+
+__all__ = ["UserInput", "user_message", "RunRequest", "RunResult", "build_request", "Mode"]
+
+Mode = Literal["prompt", "resume"]
+MODES = ("prompt", "resume")
+
+
+@dataclass(frozen=True)
+class UserInput:
+    """One user message to write at the start of a prompt run."""
+
+    text: str
+
+
+def user_message(text: str) -> UserInput:
+    """A user message for ``messages=[...]`` of a prompt run."""
+    if not isinstance(text, str):
+        raise TypeError(f"user_message() expects a string, got {type(text).__name__}.")
+    return UserInput(text)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A validated run: what ``stream()``/``invoke()`` will do. Building it runs nothing."""
+
+    abort: asyncio.Event = field(repr=False)
+    mode: Mode
+    session_id: str
+    messages: Optional[tuple[UserInput, ...]]
+    run_id: str
+    new_session: bool = False
+
+
+@dataclass
+class RunResult:
+    """How a run ended. ``result`` is ``"stop"`` or ``"compact"``."""
+
+    result: Literal["stop", "compact"]
+    session_id: str
+    text: str = ""
+    output: Any = None
+    message_id: Optional[str] = None
+    steps: int = 0
+    usage: Usage = field(default_factory=Usage)
+    run_id: str = ""
+
+
+def build_request(*, abort: Optional[asyncio.Event] = None, mode: str = "prompt",
+                  session_id: Optional[str] = None,
+                  messages: Optional[Sequence[UserInput]] = None) -> RunRequest:
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'prompt' or 'resume', got {mode!r}.")
+    if abort is None:
+        abort = asyncio.Event()
+    elif not isinstance(abort, asyncio.Event):
+        raise TypeError(
+            f"abort must be an asyncio.Event, got {type(abort).__name__}. "
+            "Create one with asyncio.Event() and call .set() on it to abort the run."
+        )
+    if mode == "prompt":
+        if messages is None:
+            raise ValueError("messages is required in prompt mode.")
+        if isinstance(messages, (str, bytes, UserInput)) or not isinstance(messages, Sequence):
+            raise TypeError(
+                "messages must be a list of user_message(...) items, "
+                f"e.g. messages=[user_message('hi')]; got {type(messages).__name__}."
+            )
+        if len(messages) == 0:
+            raise ValueError("messages must contain at least one user_message(...) in prompt mode.")
+        for i, m in enumerate(messages):
+            if not isinstance(m, UserInput):
+                raise TypeError(
+                    f"messages[{i}] must be built with user_message(text), got {type(m).__name__}."
+                )
+        msgs: Optional[tuple[UserInput, ...]] = tuple(messages)
+    else:
+        if messages is not None:
+            raise ValueError("messages is not allowed in resume mode.")
+        msgs = None
+    new_session = False
+    if session_id is None:
+        if mode == "resume":
+            raise ValueError(
+                "session_id is required in resume mode: pass the id of the session to resume."
+            )
+        session_id = new_id("ses")
+        new_session = True
+    elif not isinstance(session_id, str):
+        raise TypeError(f"session_id must be a string, got {type(session_id).__name__}.")
+    elif not session_id.strip():
+        raise ValueError("session_id must not be empty.")
+    return RunRequest(abort=abort, mode=mode, session_id=session_id, messages=msgs,  # type: ignore[arg-type]
+                      run_id=new_id("run"), new_session=new_session)

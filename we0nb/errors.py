@@ -1,0 +1,79 @@
+"""Errors a caller can catch by name; every message says what happened and what to do."""
+
+from __future__ import annotations
+
+__all__ = [
+    "We0Error",
+    "SessionBusyError",
+    "MaxStepsExceeded",
+    "ModelError",
+    "OutputValidationError",
+    "ScriptExhaustedError",
+    "PersistenceError",
+    "CorruptRecordError",
+    "SchemaVersionError",
+]
+
+
+class We0Error(Exception):
+    """Base class of we0nb's own errors."""
+
+
+class SessionBusyError(We0Error):
+    """Another run holds the session's lease (in this process or another one)."""
+
+    def __init__(self, session_id: str, owner: str | None = None):
+        self.session_id = session_id
+        self.owner = owner
+        held = f" (held by {owner})" if owner else ""
+        super().__init__(
+            f"Session {session_id!r} is busy: another run is in progress{held}. "
+            "Wait for it to finish or abort it, then try again."
+        )
+
+
+class MaxStepsExceeded(We0Error):
+    """The run reached the agent's ``max_steps`` without the model ending its turn."""
+
+    def __init__(self, session_id: str, max_steps: int):
+        self.session_id = session_id
+        self.max_steps = max_steps
+        super().__init__(
+            f"The run on session {session_id!r} reached max_steps={max_steps} without the model "
+            "ending its turn. Everything so far is persisted; raise We0Agent(max_steps=...) and "
+            "resume with mode='resume' to continue."
+        )
+
+
+class ModelError(We0Error):
+    """The model failed during a step; the error is recorded on the assistant message."""
+
+    def __init__(self, session_id: str, message_id: str, cause: BaseException):
+        self.session_id = session_id
+        self.message_id = message_id
+        self.cause = cause
+        super().__init__(
+            f"The model failed in session {session_id!r} (assistant message {message_id!r}): "
+            f"{type(cause).__name__}: {cause}. The partial output is persisted; "
+            "run again with mode='resume' to continue the turn."
+        )
+
+
+class OutputValidationError(We0Error):
+    """The model kept returning structured output that does not validate."""
+
+
+class ScriptExhaustedError(We0Error):
+    """A ScriptedModel was called more often than it was scripted."""
+
+
+class PersistenceError(We0Error):
+    """The persistence backend cannot be used as configured."""
+
+
+class CorruptRecordError(PersistenceError):
+    """A persisted row does not parse or validate; names the ids involved."""
+
+
+class SchemaVersionError(PersistenceError):
+    """The database was written by a newer version of we0nb."""

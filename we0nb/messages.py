@@ -1,0 +1,260 @@
+"""The vocabulary every layer speaks: sessions, messages, parts and tool states.
+
+These pydantic models are what the engine writes, what persistence stores (as JSON,
+round-tripping exactly), what the notebook renders and what the data frames flatten.
+Times are epoch seconds (floats). Nested state objects are replaced, never mutated in
+place, so a shallow copy of a part is a faithful snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "SessionTime",
+    "SessionRevert",
+    "Session",
+    "MessageError",
+    "MessageTime",
+    "Usage",
+    "UserMessage",
+    "AssistantMessage",
+    "Message",
+    "PartTime",
+    "TextPart",
+    "ReasoningPart",
+    "ToolTime",
+    "ToolStatePending",
+    "ToolStateRunning",
+    "ToolStateCompleted",
+    "ToolStateError",
+    "ToolState",
+    "ToolPart",
+    "StepStartPart",
+    "StepFinishPart",
+    "CompactionPart",
+    "Part",
+    "MessageWithParts",
+    "Transcript",
+    "UNFINISHED_REASON",
+    "UNFINISHED_MESSAGE",
+]
+
+UNFINISHED_REASON = "UnfinishedAssistantMessage"
+UNFINISHED_MESSAGE = "Assistant message was not completed before recovery."
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+class SessionTime(_Model):
+    created: float
+    updated: float
+
+
+class SessionRevert(_Model):
+    """A revert point: ``message_id`` and every later message are hidden until cleared."""
+
+    message_id: str
+    time: float
+
+
+class Session(_Model):
+    id: str
+    title: str = ""
+    time: SessionTime
+    revert: Optional[SessionRevert] = None
+
+
+# --------------------------------------------------------------------------- messages
+
+
+class MessageError(_Model):
+    reason: str
+    message: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class MessageTime(_Model):
+    created: float
+    completed: Optional[float] = None
+
+
+class Usage(_Model):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cached_tokens: int = 0
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+        )
+
+
+class UserMessage(_Model):
+    id: str
+    session_id: str
+    role: Literal["user"] = "user"
+    time: MessageTime
+    error: Optional[MessageError] = None
+
+
+class AssistantMessage(_Model):
+    id: str
+    session_id: str
+    role: Literal["assistant"] = "assistant"
+    time: MessageTime
+    error: Optional[MessageError] = None
+    parent_id: Optional[str] = None
+    model_id: Optional[str] = None
+    usage: Usage = Field(default_factory=Usage)
+    finish_reason: Optional[str] = None
+    summary: bool = False
+
+
+Message = Annotated[Union[UserMessage, AssistantMessage], Field(discriminator="role")]
+
+
+# --------------------------------------------------------------------------- parts
+
+
+class PartTime(_Model):
+    start: float
+    end: Optional[float] = None
+
+
+class _PartBase(_Model):
+    id: str
+    session_id: str
+    message_id: str
+
+
+class TextPart(_PartBase):
+    type: Literal["text"] = "text"
+    text: str = ""
+    time: Optional[PartTime] = None
+    synthetic: bool = False
+
+
+class ReasoningPart(_PartBase):
+    type: Literal["reasoning"] = "reasoning"
+    text: str = ""
+    time: Optional[PartTime] = None
+
+
+class ToolTime(_Model):
+    start: Optional[float] = None
+    end: Optional[float] = None
+
+
+class ToolStatePending(_Model):
+    status: Literal["pending"] = "pending"
+    input: dict[str, Any] = Field(default_factory=dict)
+    raw: Optional[str] = None
+
+
+class ToolStateRunning(_Model):
+    status: Literal["running"] = "running"
+    input: dict[str, Any] = Field(default_factory=dict)
+    time: ToolTime
+
+
+class ToolStateCompleted(_Model):
+    status: Literal["completed"] = "completed"
+    input: dict[str, Any] = Field(default_factory=dict)
+    output: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    time: ToolTime
+
+
+class ToolStateError(_Model):
+    """A tool that failed, or was interrupted (``metadata["interrupted"] is True``)."""
+
+    status: Literal["error"] = "error"
+    input: dict[str, Any] = Field(default_factory=dict)
+    error: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    time: ToolTime = Field(default_factory=ToolTime)
+
+
+ToolState = Annotated[
+    Union[ToolStatePending, ToolStateRunning, ToolStateCompleted, ToolStateError],
+    Field(discriminator="status"),
+]
+
+
+class ToolPart(_PartBase):
+    type: Literal["tool"] = "tool"
+    call_id: str
+    tool: str
+    state: ToolState
+
+    @property
+    def finished(self) -> bool:
+        return self.state.status in ("completed", "error")
+
+
+class StepStartPart(_PartBase):
+    type: Literal["step-start"] = "step-start"
+    time: float
+
+
+class StepFinishPart(_PartBase):
+    type: Literal["step-finish"] = "step-finish"
+    reason: Optional[str] = None
+    usage: Usage = Field(default_factory=Usage)
+    time: float
+
+
+class CompactionPart(_PartBase):
+    """A summary of the history before it; that history is kept but no longer sent."""
+
+    type: Literal["compaction"] = "compaction"
+    summary: str = ""
+    time: float
+
+
+Part = Annotated[
+    Union[TextPart, ReasoningPart, ToolPart, StepStartPart, StepFinishPart, CompactionPart],
+    Field(discriminator="type"),
+]
+
+
+# --------------------------------------------------------------------------- transcript
+
+
+class MessageWithParts(BaseModel):
+    info: Union[UserMessage, AssistantMessage] = Field(discriminator="role")
+    parts: list[Part] = Field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def tool_parts(self) -> list[ToolPart]:
+        return [p for p in self.parts if isinstance(p, ToolPart)]
+
+
+class Transcript(BaseModel):
+    """The persisted history of one session; ``session`` is None when it does not exist."""
+
+    session: Optional[Session] = None
+    messages: list[MessageWithParts] = Field(default_factory=list)
+
+    @property
+    def last_assistant(self) -> Optional[MessageWithParts]:
+        for m in reversed(self.messages):
+            if m.info.role == "assistant":
+                return m
+        return None

@@ -1,0 +1,128 @@
+"""The model port: a provider-neutral request in, a stream of model events out.
+
+A model sees the history as :data:`ModelMessage` items — user turns, assistant turns
+(text, reasoning, tool calls) and tool results, every tool call paired with its result —
+plus the tool schemas. It streams :data:`ModelEvent` items back.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Literal, Optional, Union
+
+from ..messages import Usage
+
+__all__ = [
+    "UserTurn",
+    "ToolCall",
+    "AssistantTurn",
+    "ToolResult",
+    "ModelMessage",
+    "ToolSchema",
+    "ModelRequest",
+    "TextDelta",
+    "ReasoningDelta",
+    "ToolCallEvent",
+    "FinishEvent",
+    "ModelEvent",
+    "Model",
+]
+
+
+# --------------------------------------------------------------------------- history
+
+
+@dataclass
+class UserTurn:
+    text: str
+    role: Literal["user"] = "user"
+
+
+@dataclass
+class ToolCall:
+    call_id: str
+    name: str
+    input: dict[str, Any]
+
+
+@dataclass
+class AssistantTurn:
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    role: Literal["assistant"] = "assistant"
+
+
+@dataclass
+class ToolResult:
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+    role: Literal["tool"] = "tool"
+
+
+ModelMessage = Union[UserTurn, AssistantTurn, ToolResult]
+
+
+@dataclass(frozen=True)
+class ToolSchema:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass
+class ModelRequest:
+    """What one model call receives. ``output_tool`` names the structured-output tool, if any."""
+
+    messages: list[ModelMessage]
+    tools: list[ToolSchema]
+    system: Optional[str] = None
+    output_tool: Optional[str] = None
+    purpose: Literal["step", "summary"] = "step"
+
+
+# --------------------------------------------------------------------------- events
+
+
+@dataclass
+class TextDelta:
+    text: str
+
+
+@dataclass
+class ReasoningDelta:
+    text: str
+
+
+@dataclass
+class ToolCallEvent:
+    """A complete tool call. ``input`` is a dict, or the raw argument text when it did not parse."""
+
+    call_id: str
+    name: str
+    input: Union[dict[str, Any], str]
+
+
+@dataclass
+class FinishEvent:
+    reason: str = "stop"
+    usage: Usage = field(default_factory=Usage)
+
+
+ModelEvent = Union[TextDelta, ReasoningDelta, ToolCallEvent, FinishEvent]
+
+
+class Model(abc.ABC):
+    """An LLM behind the port. Subclasses implement :meth:`stream`."""
+
+    #: a short id recorded on every assistant message
+    model_id: str = "model"
+    #: the context window in tokens (used by compaction); None when unknown
+    context_window: Optional[int] = None
+
+    @abc.abstractmethod
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Stream the reply to ``request``. Must be an async iterator; ``aclose()`` stops it."""

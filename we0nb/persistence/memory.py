@@ -1,0 +1,94 @@
+"""MemoryPersistence: the port in a Python dict, for tests, notebooks and demos.
+
+It stores copies, never the engine's live objects, so it behaves like a real store:
+what was not written is not there. It holds no event-loop objects, so one instance works
+across successive ``asyncio.run()`` calls. The lease is per instance (one process).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ..errors import SessionBusyError
+from ..messages import MessageWithParts, Part, Session, Transcript
+from .base import Lease, MessageInfo, Persistence, lease_owner
+
+__all__ = ["MemoryPersistence"]
+
+
+class _Stored:
+    __slots__ = ("info", "parts")
+
+    def __init__(self, info: MessageInfo):
+        self.info = info
+        self.parts: dict[str, Part] = {}
+
+
+class MemoryPersistence(Persistence):
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+        self._messages: dict[str, dict[str, _Stored]] = {}
+        self._leases: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return f"MemoryPersistence(sessions={len(self._sessions)})"
+
+    async def get_session(self, session_id: str) -> Optional[Session]:
+        s = self._sessions.get(session_id)
+        return s.model_copy(deep=True) if s is not None else None
+
+    async def upsert_session(self, session: Session) -> None:
+        self._sessions[session.id] = session.model_copy(deep=True)
+        self._messages.setdefault(session.id, {})
+
+    async def list_sessions(self) -> list[Session]:
+        return [s.model_copy(deep=True) for s in sorted(self._sessions.values(), key=lambda s: s.id)]
+
+    async def upsert_message(self, message: MessageInfo) -> None:
+        msgs = self._messages.setdefault(message.session_id, {})
+        copy = message.model_copy(deep=True)
+        stored = msgs.get(message.id)
+        if stored is None:
+            msgs[message.id] = _Stored(copy)
+        else:
+            stored.info = copy
+
+    async def upsert_part(self, part: Part) -> None:
+        stored = self._messages.get(part.session_id, {}).get(part.message_id)
+        if stored is None:
+            raise KeyError(
+                f"Part {part.id!r} refers to message {part.message_id!r} of session "
+                f"{part.session_id!r}, which was never written; write the message first."
+            )
+        stored.parts[part.id] = part.model_copy(deep=True)
+
+    async def load_transcript(self, session_id: str) -> Transcript:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return Transcript(session=None, messages=[])
+        msgs = self._messages.get(session_id, {})
+        out = []
+        for mid in sorted(msgs):
+            stored = msgs[mid]
+            out.append(MessageWithParts.model_construct(
+                info=stored.info.model_copy(deep=True),
+                parts=[stored.parts[pid].model_copy(deep=True) for pid in sorted(stored.parts)],
+            ))
+        return Transcript.model_construct(session=session.model_copy(deep=True), messages=out)
+
+    async def delete_messages(self, session_id: str, message_ids: Sequence[str]) -> None:
+        msgs = self._messages.get(session_id, {})
+        for mid in message_ids:
+            msgs.pop(mid, None)
+
+    async def acquire_lease(self, session_id: str, run_id: str) -> Lease:
+        holder = self._leases.get(session_id)
+        if holder is not None:
+            raise SessionBusyError(session_id, holder)
+        owner = lease_owner(run_id)
+        self._leases[session_id] = owner
+        return Lease(session_id=session_id, run_id=run_id, owner=owner, persistence=self)
+
+    async def release_lease(self, lease: Lease) -> None:
+        if self._leases.get(lease.session_id) == lease.owner:
+            del self._leases[lease.session_id]

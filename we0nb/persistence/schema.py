@@ -1,0 +1,98 @@
+"""The SQL schema (SQLAlchemy Core), shared by SqlPersistence and the data-frame views.
+
+Each row keeps the full JSON document (``data``, the exact pydantic dump) plus the
+columns that queries, indexes and data frames need. Times are epoch seconds (floats).
+
+Column semantics (SqlPersistence fills them, the frames read them):
+
+* ``we0_parts.status`` — the tool state's status for ``type == "tool"``, else NULL;
+  ``time_start``/``time_end`` — the tool state's times, a text/reasoning part's times, or
+  the step part's ``time`` (both); ``interrupted``/``interrupt_reason``/``recalled`` —
+  ``state.metadata["interrupted"]``, ``["reason"]``, ``["recalled"]`` of tool parts.
+* ``we0_messages`` — the message's fields flattened; token columns NULL for user messages.
+* ordering — ids sort in creation order (see ``we0nb._ids``), so ``ORDER BY id`` is history.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
+
+__all__ = ["SCHEMA_VERSION", "metadata", "meta", "sessions", "messages", "parts", "leases"]
+
+#: bump when the tables change; a database with a higher version is refused
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+meta = Table(
+    "we0_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", String(256), nullable=False),
+)
+
+sessions = Table(
+    "we0_sessions",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("title", Text, nullable=False, default=""),
+    Column("created", Float, nullable=False),
+    Column("updated", Float, nullable=False),
+    Column("revert_message_id", String(64), nullable=True),
+    Column("data", Text, nullable=False),
+)
+
+messages = Table(
+    "we0_messages",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("session_id", String(64), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("created", Float, nullable=False),
+    Column("completed", Float, nullable=True),
+    Column("parent_id", String(64), nullable=True),
+    Column("model_id", String(128), nullable=True),
+    Column("finish_reason", String(32), nullable=True),
+    Column("error_reason", String(128), nullable=True),
+    Column("error_message", Text, nullable=True),
+    Column("input_tokens", Integer, nullable=True),
+    Column("output_tokens", Integer, nullable=True),
+    Column("reasoning_tokens", Integer, nullable=True),
+    Column("cached_tokens", Integer, nullable=True),
+    Column("summary", Boolean, nullable=False, default=False),
+    Column("data", Text, nullable=False),
+    Index("ix_we0_messages_session", "session_id", "id"),
+    Index("ix_we0_messages_created", "created"),
+)
+
+parts = Table(
+    "we0_parts",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("session_id", String(64), nullable=False),
+    Column("message_id", String(64), nullable=False),
+    Column("type", String(16), nullable=False),
+    Column("tool", String(128), nullable=True),
+    Column("call_id", String(128), nullable=True),
+    Column("status", String(16), nullable=True),
+    Column("time_start", Float, nullable=True),
+    Column("time_end", Float, nullable=True),
+    Column("interrupted", Boolean, nullable=False, default=False),
+    Column("interrupt_reason", String(16), nullable=True),
+    Column("recalled", Boolean, nullable=False, default=False),
+    Column("data", Text, nullable=False),
+    Index("ix_we0_parts_session", "session_id", "message_id", "id"),
+    Index("ix_we0_parts_message", "message_id"),
+    Index("ix_we0_parts_tool", "type", "tool", "status"),
+)
+
+leases = Table(
+    "we0_leases",
+    metadata,
+    Column("session_id", String(64), primary_key=True),
+    Column("owner", String(256), nullable=False),
+    Column("host", String(128), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("expires", Float, nullable=False),
+)

@@ -1,0 +1,165 @@
+"""Tools: a function plus its input schema and its execution policy.
+
+The policy is what makes resume safe: ``side_effects=True`` (the default) means the tool
+is never executed twice — an unfinished call is interrupted, not replayed — while a
+read-only tool declares ``side_effects=False`` and is recalled. ``blocks_on_error=True``
+means an error of this tool stops the later calls of the same step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Generic, Optional, TypeVar, Union, get_type_hints, overload
+
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+__all__ = ["ToolDefinition", "AnyToolDefinition", "ToolPolicy", "tool", "ToolInputError", "to_output"]
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """How recovery may treat an unfinished call of a tool."""
+
+    side_effects: bool = True
+    blocks_on_error: bool = False
+
+
+class ToolInputError(ValueError):
+    """The model's arguments do not match the tool's input schema."""
+
+
+def to_output(value: Any) -> str:
+    """A tool's return value as the text the model sees: a string as is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return pydantic_core.to_json(value).decode()
+
+
+@dataclass(frozen=True)
+class ToolDefinition(Generic[R]):
+    """A callable tool: name, description, input model, policy, and the function."""
+
+    name: str
+    function: Callable[..., Union[R, Awaitable[R]]]
+    input_model: type[BaseModel]
+    description: str = ""
+    policy: ToolPolicy = field(default_factory=ToolPolicy)
+    is_async: bool = False
+
+    @property
+    def side_effects(self) -> bool:
+        return self.policy.side_effects
+
+    @property
+    def blocks_on_error(self) -> bool:
+        return self.policy.blocks_on_error
+
+    def json_schema(self) -> dict[str, Any]:
+        """The input schema as JSON Schema (what a provider's tool list needs)."""
+        schema = self.input_model.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    def validate_input(self, data: Any) -> dict[str, Any]:
+        """Validated keyword arguments, or :class:`ToolInputError` saying what was wrong."""
+        if isinstance(data, str):
+            try:
+                data = json.loads(data) if data.strip() else {}
+            except json.JSONDecodeError as e:
+                raise ToolInputError(f"Arguments for tool {self.name!r} are not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ToolInputError(
+                f"Arguments for tool {self.name!r} must be a JSON object, got {type(data).__name__}."
+            )
+        try:
+            model = self.input_model.model_validate(data)
+        except ValidationError as e:
+            raise ToolInputError(f"Invalid arguments for tool {self.name!r}: {e}") from None
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+    async def execute(self, data: Any) -> str:
+        """Validate ``data``, run the function (sync ones on a worker thread) and convert the result."""
+        kwargs = self.validate_input(data)
+        if self.is_async:
+            result = await self.function(**kwargs)  # type: ignore[misc]
+        else:
+            result = await asyncio.to_thread(self.function, **kwargs)
+        return to_output(result)
+
+
+AnyToolDefinition = ToolDefinition[Any]
+
+
+def _input_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
+    sig = inspect.signature(fn)
+    try:
+        hints = get_type_hints(fn)
+    except Exception:  # unresolved forward references: fall back to the raw annotations
+        hints = {}
+    fields: dict[str, Any] = {}
+    for pname, param in sig.parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"Tool {name!r}: *args/**kwargs are not supported; name every parameter.")
+        ann = hints.get(pname, param.annotation)
+        if ann is inspect.Parameter.empty:
+            ann = Any
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (ann, default)
+    model_name = "".join(part.capitalize() for part in name.split("_")) + "Input"
+    return create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)  # type: ignore[call-overload]
+
+
+def _description(fn: Callable[..., Any]) -> str:
+    return inspect.cleandoc(fn.__doc__ or "").strip()
+
+
+@overload
+def tool(fn: Callable[..., Any], /, *, name: Optional[str] = None, description: Optional[str] = None,
+         side_effects: bool = True, blocks_on_error: bool = False) -> AnyToolDefinition: ...
+
+
+@overload
+def tool(fn: None = None, /, *, name: Optional[str] = None, description: Optional[str] = None,
+         side_effects: bool = True, blocks_on_error: bool = False
+         ) -> Callable[[Callable[..., Any]], AnyToolDefinition]: ...
+
+
+def tool(fn=None, /, *, name=None, description=None, side_effects=True, blocks_on_error=False):
+    """Turn a sync or async function into a tool definition.
+
+    ``@tool``, ``@tool(side_effects=False)`` and ``tool(fn, ...)`` all work. The input
+    schema comes from the type hints; the docstring is the description.
+    """
+    if not isinstance(side_effects, bool) or not isinstance(blocks_on_error, bool):
+        raise TypeError("tool(): side_effects and blocks_on_error must be True or False.")
+
+    def build(f: Callable[..., Any]) -> AnyToolDefinition:
+        if isinstance(f, ToolDefinition):
+            raise TypeError(f"{f.name!r} is already a tool definition.")
+        if not callable(f):
+            raise TypeError(f"tool() expects a function, got {type(f).__name__}.")
+        tool_name = name or getattr(f, "__name__", None)
+        if not tool_name or tool_name == "<lambda>":
+            raise TypeError("tool(): a lambda has no name; pass name='...'.")
+        target = f.func if isinstance(f, functools.partial) else f
+        return ToolDefinition(
+            name=tool_name,
+            function=f,
+            input_model=_input_model(f, tool_name),
+            description=description if description is not None else _description(target),
+            policy=ToolPolicy(side_effects=side_effects, blocks_on_error=blocks_on_error),
+            is_async=inspect.iscoroutinefunction(target),
+        )
+
+    if fn is None:
+        return build
+    return build(fn)
