@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator, Optional, Sequence
 from pydantic import TypeAdapter
 
 from ..messages import Transcript
-from ..models.base import Model
+from ..models.base import Model, ToolSchema
 from ..persistence.base import Persistence
 from ..persistence.memory import MemoryPersistence
 from ..tools import AnyToolDefinition, ToolDefinition, tool as make_tool
@@ -98,6 +98,13 @@ class We0Agent:
                     "(something that is a JSON object)."
                 )
             self.output_schema = schema
+        schemas = [ToolSchema(t.name, t.description, t.json_schema()) for t in self.tools]
+        if output_type is not None:
+            schemas.append(ToolSchema(output_tool_name,
+                                      "Call this tool to return your final answer as structured output.",
+                                      self.output_schema))
+        #: what every model request lists (computed once: JSON Schema generation is slow)
+        self.tool_schemas: tuple[ToolSchema, ...] = tuple(schemas)
 
     def __repr__(self) -> str:
         return (f"We0Agent(model={self.model.model_id!r}, tools={[t.name for t in self.tools]}, "

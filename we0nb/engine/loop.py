@@ -80,6 +80,9 @@ def interrupted(state: Any, reason: str) -> ToolStateError:
     )
 
 
+_DELTA_KINDS = {TextDelta: ("text", "text-delta"), ReasoningDelta: ("reasoning", "reasoning-delta")}
+
+
 def _snapshot(part: Part) -> Part:
     # states are replaced, never mutated, so a shallow copy is a faithful snapshot
     return part.model_copy()
@@ -112,6 +115,7 @@ class Run:
         self._chunks: list[str] = []
         self._dirty: dict[str, Part] = {}
         self._last_flush = 0.0
+        self._parent: Optional[str] = None
 
     # ------------------------------------------------------------------ abort plumbing
 
@@ -280,6 +284,7 @@ class Run:
             await self.p.upsert_part(part)
             m = MessageWithParts.model_construct(info=info, parts=[part])
             self.messages.append(m)
+            self._parent = info.id
             written.append(m)
         return written
 
@@ -290,6 +295,12 @@ class Run:
         if self.agent.output_type is not None:
             pol[self.agent.output_tool_name] = ToolPolicy(side_effects=False)
         return pol
+
+    def _parent_id(self) -> Optional[str]:
+        """The user message this turn answers (cached: found once, then kept by the writer)."""
+        if self._parent is None:
+            self._parent = next((m.info.id for m in reversed(self.messages) if m.info.role == "user"), None)
+        return self._parent
 
     def _last_assistant(self) -> Optional[MessageWithParts]:
         for m in reversed(self.messages):
@@ -367,14 +378,9 @@ class Run:
 
     def _model_request(self) -> ModelRequest:
         agent = self.agent
-        tools = [ToolSchema(t.name, t.description, t.json_schema()) for t in agent.tools]
-        if agent.output_type is not None:
-            tools.append(ToolSchema(agent.output_tool_name,
-                                    "Call this tool to return your final answer as structured output.",
-                                    agent.output_schema))
         return ModelRequest(
             messages=self.history.build(self.messages),
-            tools=tools,
+            tools=list(agent.tool_schemas),
             system=agent.system_prompt,
             output_tool=agent.output_tool_name if agent.output_type is not None else None,
         )
@@ -382,7 +388,7 @@ class Run:
     async def _step(self) -> AsyncIterator[dict[str, Any]]:
         agent, p, sid = self.agent, self.p, self.session_id
         self.steps += 1
-        parent = next((m.info.id for m in reversed(self.messages) if m.info.role == "user"), None)
+        parent = self._parent_id()
         t0 = now()
         info = AssistantMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=t0),
                                 parent_id=parent, model_id=agent.model.model_id)
@@ -417,7 +423,7 @@ class Run:
                     self._blocked_task = None
                 cls = type(ev)
                 if cls is TextDelta or cls is ReasoningDelta:
-                    kind = "text" if cls is TextDelta else "reasoning"
+                    kind, delta_type = _DELTA_KINDS[cls]
                     part = self._open
                     if part is None or part.type != kind:
                         if part is not None:
@@ -430,7 +436,7 @@ class Run:
                         await self._write_part(part)
                         yield {"type": f"{kind}-start", "part": _snapshot(part)}
                     self._chunks.append(ev.text)
-                    yield {"type": f"{kind}-delta", "text": ev.text, "part_id": part.id}
+                    yield {"type": delta_type, "text": ev.text, "part_id": part.id}
                     if monotonic() - self._last_flush >= interval:
                         await self._flush_open(close=False)
                 elif cls is ToolCallEvent:

@@ -1,7 +1,7 @@
 """MemoryPersistence: the port in a Python dict, for tests, notebooks and demos.
 
-It stores copies, never the engine's live objects, so it behaves like a real store:
-what was not written is not there. It holds no event-loop objects, so one instance works
+It stores JSON snapshots, never the engine's live objects, so it behaves like a real
+store: what was not written is not there, and a loaded object is always a fresh copy. It holds no event-loop objects, so one instance works
 across successive ``asyncio.run()`` calls. The lease is per instance (one process).
 """
 
@@ -9,24 +9,30 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from pydantic import TypeAdapter
+
 from ..errors import SessionBusyError
-from ..messages import MessageWithParts, Part, Session, Transcript
+from ..messages import Message, MessageWithParts, Part, Session, Transcript
 from .base import Lease, MessageInfo, Persistence, lease_owner
 
 __all__ = ["MemoryPersistence"]
 
 
+_MESSAGE = TypeAdapter(Message)
+_PART = TypeAdapter(Part)
+
+
 class _Stored:
     __slots__ = ("info", "parts")
 
-    def __init__(self, info: MessageInfo):
+    def __init__(self, info: bytes):
         self.info = info
-        self.parts: dict[str, Part] = {}
+        self.parts: dict[str, bytes] = {}
 
 
 class MemoryPersistence(Persistence):
     def __init__(self) -> None:
-        self._sessions: dict[str, Session] = {}
+        self._sessions: dict[str, bytes] = {}
         self._messages: dict[str, dict[str, _Stored]] = {}
         self._leases: dict[str, str] = {}
 
@@ -35,18 +41,18 @@ class MemoryPersistence(Persistence):
 
     async def get_session(self, session_id: str) -> Optional[Session]:
         s = self._sessions.get(session_id)
-        return s.model_copy(deep=True) if s is not None else None
+        return Session.model_validate_json(s) if s is not None else None
 
     async def upsert_session(self, session: Session) -> None:
-        self._sessions[session.id] = session.model_copy(deep=True)
+        self._sessions[session.id] = session.__pydantic_serializer__.to_json(session)
         self._messages.setdefault(session.id, {})
 
     async def list_sessions(self) -> list[Session]:
-        return [s.model_copy(deep=True) for s in sorted(self._sessions.values(), key=lambda s: s.id)]
+        return [Session.model_validate_json(self._sessions[k]) for k in sorted(self._sessions)]
 
     async def upsert_message(self, message: MessageInfo) -> None:
         msgs = self._messages.setdefault(message.session_id, {})
-        copy = message.model_copy(deep=True)
+        copy = message.__pydantic_serializer__.to_json(message)
         stored = msgs.get(message.id)
         if stored is None:
             msgs[message.id] = _Stored(copy)
@@ -60,7 +66,7 @@ class MemoryPersistence(Persistence):
                 f"Part {part.id!r} refers to message {part.message_id!r} of session "
                 f"{part.session_id!r}, which was never written; write the message first."
             )
-        stored.parts[part.id] = part.model_copy(deep=True)
+        stored.parts[part.id] = part.__pydantic_serializer__.to_json(part)
 
     async def load_transcript(self, session_id: str) -> Transcript:
         session = self._sessions.get(session_id)
@@ -71,10 +77,10 @@ class MemoryPersistence(Persistence):
         for mid in sorted(msgs):
             stored = msgs[mid]
             out.append(MessageWithParts.model_construct(
-                info=stored.info.model_copy(deep=True),
-                parts=[stored.parts[pid].model_copy(deep=True) for pid in sorted(stored.parts)],
+                info=_MESSAGE.validate_json(stored.info),
+                parts=[_PART.validate_json(stored.parts[pid]) for pid in sorted(stored.parts)],
             ))
-        return Transcript.model_construct(session=session.model_copy(deep=True), messages=out)
+        return Transcript.model_construct(session=Session.model_validate_json(session), messages=out)
 
     async def delete_messages(self, session_id: str, message_ids: Sequence[str]) -> None:
         msgs = self._messages.get(session_id, {})

@@ -1,0 +1,118 @@
+"""W1 (stream) and W2 (tools) of shared/BENCH.md on MemoryPersistence.
+
+W1: the model streams N short deltas; we consume ``agent.stream()`` to the end and
+compare with a bare async generator yielding the same number of dicts (same run).
+W2: K steps, each calling one trivial tool, then a final text; ms per step and the
+cost of the first 20 steps vs the last 20 (history must not make steps slower).
+
+Usage: python bench/w1_w2_engine.py [--runs 7] [--deltas 10000] [--steps 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+
+from we0nb import MemoryPersistence, ScriptedModel, We0Agent, text, tool, tool_call, user_message
+
+
+def fmt(values: list[float], unit: str, scale: float = 1.0) -> str:
+    v = [x * scale for x in values]
+    return f"min {min(v):.3f} / median {statistics.median(v):.3f} / max {max(v):.3f} {unit}"
+
+
+async def bare(n: int) -> None:
+    async def gen():
+        for i in range(n):
+            yield {"type": "text-delta", "text": "ab "}
+    async for _ in gen():
+        pass
+
+
+async def w1_once(n: int, persistence_factory) -> float:
+    model = ScriptedModel([[text(["ab "] * n)]])
+    agent = We0Agent(model, persistence=persistence_factory())
+    t0 = time.perf_counter()
+    async for _ in agent.stream(messages=[user_message("go")]):
+        pass
+    return time.perf_counter() - t0
+
+
+async def bare_once(n: int) -> float:
+    t0 = time.perf_counter()
+    await bare(n)
+    return time.perf_counter() - t0
+
+
+@tool(side_effects=False)
+def ping(i: int) -> str:
+    """A trivial tool."""
+    return "pong"
+
+
+@tool(side_effects=False)
+async def aping(i: int) -> str:
+    """A trivial async tool."""
+    return "pong"
+
+
+async def w2_once(k: int, persistence_factory, use_async: bool = True) -> tuple[float, list[float]]:
+    name = "aping" if use_async else "ping"
+    steps = [[tool_call(name, {"i": i})] for i in range(k)] + [[text("done")]]
+    model = ScriptedModel(steps)
+    agent = We0Agent(model, tools=[ping, aping], persistence=persistence_factory(), max_steps=k + 5)
+    stamps: list[float] = []
+    t0 = time.perf_counter()
+    async for ev in agent.stream(messages=[user_message("go")]):
+        if ev["type"] == "step-finish":
+            stamps.append(time.perf_counter())
+    total = time.perf_counter() - t0
+    per = [b - a for a, b in zip([t0] + stamps[:-1], stamps)]
+    return total, per
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--deltas", type=int, default=10_000)
+    ap.add_argument("--steps", type=int, default=200)
+    a = ap.parse_args()
+    n, k = a.deltas, a.steps
+
+    async def run() -> None:
+        await w1_once(1000, MemoryPersistence)  # warm-up
+        await bare_once(1000)
+        ours, base = [], []
+        for _ in range(a.runs):  # interleaved: the baseline shares the machine's noise
+            base.append(await bare_once(n))
+            ours.append(await w1_once(n, MemoryPersistence))
+        print(f"W1 stream, N={n} deltas, MemoryPersistence, {a.runs} runs")
+        print(f"  we0nb : {fmt([t / n for t in ours], 'µs/delta', 1e6)}")
+        print(f"  bare  : {fmt([t / n for t in base], 'µs/delta', 1e6)}")
+        print(f"  ratio (median we0nb / median bare): {statistics.median(ours) / statistics.median(base):.1f}x")
+
+        await w2_once(20, MemoryPersistence)
+        totals, firsts, lasts = [], [], []
+        for _ in range(a.runs):
+            total, per = await w2_once(k, MemoryPersistence)
+            totals.append(total / (k + 1))
+            firsts.append(statistics.mean(per[:20]))
+            lasts.append(statistics.mean(per[k - 20:k]))
+        print(f"W2 tools, K={k} steps (async tool), MemoryPersistence, {a.runs} runs")
+        print(f"  per step     : {fmt(totals, 'ms/step', 1e3)}")
+        print(f"  steps 1-20   : {fmt(firsts, 'ms/step', 1e3)}")
+        print(f"  steps {k-19}-{k}: {fmt(lasts, 'ms/step', 1e3)}")
+        print(f"  growth (median last-20 / median first-20): {statistics.median(lasts) / statistics.median(firsts):.2f}x")
+        totals = []
+        for _ in range(max(3, a.runs // 2)):
+            total, per = await w2_once(k, MemoryPersistence, use_async=False)
+            totals.append(total / (k + 1))
+        print(f"  sync tool (worker thread) per step: {fmt(totals, 'ms/step', 1e3)}")
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()

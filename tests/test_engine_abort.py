@@ -1,0 +1,190 @@
+"""Abort at every phase: persist what was produced, close nothing, raise CancelledError."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from we0nb import MemoryPersistence, ScriptedModel, We0Agent, text, tool, tool_call, user_message
+
+SID = "ses_abort"
+
+
+def agent_with(steps, tools=(), delay=0.0, **kw):
+    model = ScriptedModel(steps, delay=delay)
+    return We0Agent(model, tools=list(tools), persistence=MemoryPersistence(), **kw), model
+
+
+async def test_abort_before_start_writes_nothing():
+    agent, model = agent_with([[text("never")]])
+    abort = asyncio.Event()
+    abort.set()
+    with pytest.raises(asyncio.CancelledError):
+        await agent.invoke(abort=abort, session_id=SID, messages=[user_message("hi")])
+    t = await agent.transcript(SID)
+    assert t.session is None and t.messages == []
+    assert model.requests == []
+    with pytest.raises(asyncio.CancelledError):
+        async for _ in agent.stream(abort=abort, session_id=SID, messages=[user_message("hi")]):
+            pass
+    assert (await agent.transcript(SID)).session is None
+
+
+async def test_abort_mid_delta_keeps_partial_text_and_leaves_message_unfinished():
+    agent, model = agent_with([[text(["one ", "two ", "three ", "four "])], [text("resumed")]])
+    abort = asyncio.Event()
+    seen = []
+    with pytest.raises(asyncio.CancelledError):
+        async for ev in agent.stream(abort=abort, session_id=SID, messages=[user_message("hi")]):
+            if ev["type"] == "text-delta":
+                seen.append(ev["text"])
+                if len(seen) == 2:
+                    abort.set()
+    t = await agent.transcript(SID)
+    a = t.messages[-1]
+    assert a.info.role == "assistant" and a.info.time.completed is None and a.info.error is None
+    assert a.text == "one two "
+    assert a.parts[-1].type == "text" and a.parts[-1].time.end is None
+    # a resume closes it and continues
+    r = await agent.invoke(abort=asyncio.Event(), mode="resume", session_id=SID)
+    assert r.text == "resumed"
+    assert model.requests[1].messages[-1].text == "one two "
+
+
+async def test_abort_with_a_slow_model_stops_reading_at_once():
+    agent, model = agent_with([[text(["x"] * 1000)]], delay=0.01)
+    abort = asyncio.Event()
+    task = asyncio.ensure_future(agent.invoke(abort=abort, session_id=SID, messages=[user_message("hi")]))
+    await asyncio.sleep(0.1)
+    abort.set()
+    t0 = time.perf_counter()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.perf_counter() - t0 < 0.5
+    a = (await agent.transcript(SID)).messages[-1]
+    assert a.info.time.completed is None and 0 < len(a.text) < 1000
+
+
+async def test_abort_during_an_async_tool_cancels_it_and_leaves_it_running():
+    started, cancelled = asyncio.Event(), []
+
+    @tool
+    async def deploy(env: str) -> str:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(env)
+            raise
+        return "deployed"
+
+    @tool(side_effects=False)
+    def lookup(q: str) -> str:
+        return "found"
+
+    agent, model = agent_with([[tool_call("deploy", {"env": "prod"}), tool_call("lookup", {"q": "x"})],
+                               [text("after")]], tools=[deploy, lookup])
+    abort = asyncio.Event()
+    task = asyncio.ensure_future(agent.invoke(abort=abort, session_id=SID, messages=[user_message("go")]))
+    await asyncio.wait_for(started.wait(), 5)
+    abort.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled == ["prod"]
+    t = await agent.transcript(SID)
+    parts = [p for p in t.messages[-1].parts if p.type == "tool"]
+    assert [p.state.status for p in parts] == ["running", "pending"]
+    assert t.messages[-1].info.time.completed is None
+    # resume: the side-effect tool is interrupted, the read-only one recalled
+    r = await agent.invoke(mode="resume", session_id=SID)
+    parts = [p for p in (await agent.transcript(SID)).messages[1].parts if p.type == "tool"]
+    assert parts[0].state.metadata == {"interrupted": True, "reason": "resume"}
+    # lookup is read-only but comes after an interrupt: interrupted too, never run
+    assert parts[1].state.metadata == {"interrupted": True, "reason": "resume"}
+    assert r.text == "after"
+
+
+async def test_abort_between_steps():
+    @tool(side_effects=False)
+    def ping() -> str:
+        return "pong"
+
+    agent, model = agent_with([[tool_call("ping", {})], [text("second step")]], tools=[ping])
+    abort = asyncio.Event()
+    with pytest.raises(asyncio.CancelledError):
+        async for ev in agent.stream(abort=abort, session_id=SID, messages=[user_message("go")]):
+            if ev["type"] == "step-finish":
+                abort.set()
+    assert len(model.requests) == 1
+    t = await agent.transcript(SID)
+    assert t.messages[-1].info.time.completed is not None
+    assert t.messages[-1].tool_parts[0].state.status == "completed"
+    r = await agent.invoke(mode="resume", session_id=SID)
+    assert r.text == "second step" and len(model.requests) == 2
+
+
+async def test_prompt_after_abort_interrupts_instead_of_recalling():
+    ran = []
+
+    @tool(side_effects=False)
+    async def slow_read(path: str) -> str:
+        ran.append(path)
+        await asyncio.sleep(30)
+        return "x"
+
+    agent, model = agent_with([[tool_call("slow_read", {"path": "a"})], [text("new turn")]], tools=[slow_read])
+    abort = asyncio.Event()
+    task = asyncio.ensure_future(agent.invoke(abort=abort, session_id=SID, messages=[user_message("go")]))
+    while not ran:
+        await asyncio.sleep(0.005)
+    abort.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    r = await agent.invoke(session_id=SID, messages=[user_message("something else")])
+    assert r.text == "new turn" and ran == ["a"]
+    part = (await agent.transcript(SID)).messages[1].tool_parts[0]
+    assert part.state.metadata == {"interrupted": True, "reason": "prompt"}
+
+
+async def test_abort_set_from_another_thread_via_call_soon_threadsafe():
+    agent, model = agent_with([[text(["x"] * 10_000)]], delay=0.005)
+    abort = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(agent.invoke(abort=abort, session_id=SID, messages=[user_message("hi")]))
+    await asyncio.sleep(0.05)
+    clicked = []
+
+    def click():
+        clicked.append(time.perf_counter())
+        loop.call_soon_threadsafe(abort.set)
+
+    threading.Thread(target=click).start()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.perf_counter() - clicked[0] < 0.5
+    assert (await agent.transcript(SID)).messages[-1].info.time.completed is None
+
+
+async def test_breaking_out_of_stream_persists_and_releases_the_session():
+    agent, model = agent_with([[text(["a", "b", "c"])], [text("done")]])
+    stream = agent.stream(session_id=SID, messages=[user_message("hi")])
+    async for ev in stream:
+        if ev["type"] == "text-delta":
+            break
+    await stream.aclose()
+    a = (await agent.transcript(SID)).messages[-1]
+    assert a.info.time.completed is None and a.text == "a"
+    r = await agent.invoke(mode="resume", session_id=SID)  # lease was released
+    assert r.text == "done"
+
+
+async def test_external_task_cancellation_also_persists():
+    agent, model = agent_with([[text(["x"] * 1000)]], delay=0.01)
+    task = asyncio.ensure_future(agent.invoke(session_id=SID, messages=[user_message("hi")]))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    a = (await agent.transcript(SID)).messages[-1]
+    assert a.info.time.completed is None and len(a.text) > 0

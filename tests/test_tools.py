@@ -1,0 +1,84 @@
+"""Tools: decorator forms, policy defaults, input validation, sync off the loop, output conversion."""
+
+import asyncio
+import threading
+
+import pytest
+from pydantic import BaseModel
+
+from we0nb import AnyToolDefinition, ToolDefinition, tool
+from we0nb.tools import ToolInputError, to_output
+
+
+def test_decorator_forms_and_defaults():
+    @tool
+    def a(x: int) -> int:
+        """Add one."""
+        return x + 1
+
+    @tool(side_effects=False, blocks_on_error=True)
+    async def b(path: str, limit: int = 10) -> str:
+        return path
+
+    def c(q: str) -> str:
+        return q
+
+    c_def = tool(c, side_effects=False)
+    assert isinstance(a, ToolDefinition) and a.name == "a" and a.description == "Add one."
+    assert a.side_effects is True and a.blocks_on_error is False
+    assert b.side_effects is False and b.blocks_on_error is True and b.is_async
+    assert c_def.name == "c" and c_def.side_effects is False and not c_def.is_async
+    schema = b.json_schema()
+    assert schema["properties"]["path"]["type"] == "string"
+    assert schema["required"] == ["path"]
+    assert AnyToolDefinition.__origin__ is ToolDefinition
+
+
+def test_input_validation_messages():
+    @tool
+    def f(n: int) -> int:
+        return n
+
+    assert f.validate_input({"n": "3"}) == {"n": 3}
+    with pytest.raises(ToolInputError, match="Invalid arguments for tool 'f'"):
+        f.validate_input({"n": "three"})
+    with pytest.raises(ToolInputError, match="Invalid arguments"):
+        f.validate_input({"n": 1, "extra": 2})
+    with pytest.raises(ToolInputError, match="not valid JSON"):
+        f.validate_input("{n: ")
+    with pytest.raises(ToolInputError, match="must be a JSON object"):
+        f.validate_input([1])
+
+
+async def test_sync_tools_run_off_the_event_loop_thread():
+    seen = []
+
+    @tool
+    def where() -> str:
+        seen.append(threading.current_thread())
+        return "x"
+
+    assert await where.execute({}) == "x"
+    assert seen[0] is not threading.main_thread()
+
+
+class Out(BaseModel):
+    a: int
+
+
+def test_output_conversion():
+    assert to_output("plain") == "plain"
+    assert to_output({"a": [1, "é"]}) == '{"a":[1,"é"]}'
+    assert to_output(Out(a=1)) == '{"a":1}'
+    assert to_output(None) == "null"
+
+
+def test_bad_definitions():
+    with pytest.raises(TypeError, match="lambda"):
+        tool(lambda x: x)
+    with pytest.raises(TypeError, match=r"\*args"):
+        @tool
+        def g(*args):
+            pass
+    with pytest.raises(TypeError, match="True or False"):
+        tool(side_effects="no")
