@@ -12,6 +12,10 @@ __all__ = [
     "PersistenceError",
     "CorruptRecordError",
     "SchemaVersionError",
+    "ModelProviderError",
+    "ModelAuthenticationError",
+    "ContextWindowExceeded",
+    "CompactionError",
 ]
 
 
@@ -77,3 +81,36 @@ class CorruptRecordError(PersistenceError):
 
 class SchemaVersionError(PersistenceError):
     """The database was written by a newer version of we0nb."""
+
+
+class ModelProviderError(We0Error):
+    """A model provider (an HTTP API) failed: a status error after retries, a cut stream, bad data.
+
+    ``status_code`` is the HTTP status when there was one; ``retryable`` says whether trying
+    again later may help (rate limits, 5xx, a dropped connection).
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None, retryable: bool = False):
+        self.status_code = status_code
+        self.retryable = retryable
+        super().__init__(message)
+
+
+class ModelAuthenticationError(ModelProviderError):
+    """The provider refused the credentials (HTTP 401/403); retrying will not help."""
+
+
+class ContextWindowExceeded(ModelProviderError):
+    """The request does not fit the model's context window.
+
+    The engine answers it with a compaction (a summary of the history) instead of failing
+    the run, unless compaction is disabled (``We0Agent(compaction_threshold=None)``).
+    """
+
+
+class CompactionError(We0Error):
+    """Compaction cannot shrink the history enough: summarising again would loop.
+
+    Raised when the summary itself is too large for the threshold, or when the first step
+    after a summary is already over the threshold (or over the context window).
+    """

@@ -7,11 +7,12 @@ from typing import Any, AsyncIterator, Optional, Sequence
 
 from pydantic import TypeAdapter
 
-from ..messages import Transcript
+from ..messages import Session, Transcript
 from ..models.base import Model, ToolSchema
 from ..persistence.base import Persistence
 from ..persistence.memory import MemoryPersistence
 from ..tools import AnyToolDefinition, ToolDefinition, tool as make_tool
+from . import revert as _revert
 from .loop import Run
 from .request import RunRequest, RunResult, UserInput, build_request
 
@@ -25,7 +26,9 @@ class We0Agent:
     functions are wrapped with the default, safe policy: side effects); ``persistence``
     defaults to a fresh :class:`MemoryPersistence`. ``output_type`` asks for structured
     output (then only :meth:`invoke` can be used). ``flush_interval`` bounds how much
-    streamed text a crash can lose (seconds).
+    streamed text a crash can lose (seconds). ``compaction_threshold`` (share of
+    ``model.context_window``, default 0.8; None turns compaction off) and
+    ``compaction_prompt`` configure compaction (see :mod:`we0nb.engine.compaction`).
     """
 
     def __init__(
@@ -40,6 +43,8 @@ class We0Agent:
         output_retries: int = 3,
         max_steps: int = 50,
         flush_interval: float = 0.25,
+        compaction_threshold: Optional[float] = 0.8,
+        compaction_prompt: Optional[str] = None,
     ):
         if not isinstance(model, Model):
             raise TypeError(
@@ -77,6 +82,13 @@ class We0Agent:
             raise ValueError("We0Agent(output_retries=...): expected an integer >= 0.")
         if not isinstance(flush_interval, (int, float)) or flush_interval < 0:
             raise ValueError("We0Agent(flush_interval=...): expected seconds >= 0 (0 writes every delta).")
+        if compaction_threshold is not None and (
+                isinstance(compaction_threshold, bool) or not isinstance(compaction_threshold, (int, float))
+                or not 0 < compaction_threshold <= 1):
+            raise ValueError("We0Agent(compaction_threshold=...): expected a share of the context window in "
+                             "(0, 1], e.g. 0.8, or None to turn compaction off.")
+        if compaction_prompt is not None and (not isinstance(compaction_prompt, str) or not compaction_prompt.strip()):
+            raise ValueError("We0Agent(compaction_prompt=...): expected a non-empty string or None.")
         self.model = model
         self.tools: tuple[AnyToolDefinition, ...] = tuple(defs)
         self.tools_by_name = by_name
@@ -87,6 +99,9 @@ class We0Agent:
         self.output_retries = output_retries
         self.max_steps = max_steps
         self.flush_interval = float(flush_interval)
+        #: compact when a step's input tokens pass this share of model.context_window (None: off)
+        self.compaction_threshold = None if compaction_threshold is None else float(compaction_threshold)
+        self.compaction_prompt = compaction_prompt
         self.output_adapter: Optional[TypeAdapter[Any]] = None
         self.output_schema: dict[str, Any] = {}
         if output_type is not None:
@@ -151,8 +166,25 @@ class We0Agent:
             raise ValueError("stream_request() cannot be used with output_type; use run_request().")
         return Run(self, request, structured=False).events()
 
-    async def transcript(self, session_id: str) -> Transcript:
-        """The persisted history of ``session_id`` (``.session`` is None when it does not exist)."""
+    async def transcript(self, session_id: str, *, include_reverted: bool = False) -> Transcript:
+        """The persisted history of ``session_id`` (``.session`` is None when it does not exist).
+
+        Messages hidden by a revert are left out; with ``include_reverted=True`` every message
+        is kept and carries ``reverted`` (True for the hidden ones).
+        """
         if not isinstance(session_id, str):
             raise TypeError(f"session_id must be a string, got {type(session_id).__name__}.")
-        return await self.persistence.load_transcript(session_id)
+        return _revert.mark_transcript(await self.persistence.load_transcript(session_id), include_reverted)
+
+    async def revert(self, session_id: str, message_id: str) -> Session:
+        """Hide ``message_id`` and every later message (from the model and the transcript).
+
+        The next ``prompt`` deletes them for good; ``resume`` leaves the revert in place and
+        sees only what is before it; :meth:`unrevert` brings them back. Refused
+        (SessionBusyError) while a run holds the session.
+        """
+        return await _revert.revert_session(self.persistence, session_id, message_id)
+
+    async def unrevert(self, session_id: str) -> Session:
+        """Undo the session's revert: the hidden messages are visible again."""
+        return await _revert.unrevert_session(self.persistence, session_id)

@@ -20,7 +20,8 @@ reasoning-end     part (ReasoningPart)
 tool              part (ToolPart) — every tool-state change: pending, running,
                   completed, error (interrupted ones carry metadata["interrupted"])
 step-finish       step, message (AssistantMessage, completed), finish_reason, usage
-compaction        part (CompactionPart) — the history was summarised
+compaction        part (CompactionPart), message (the summary AssistantMessage) — the
+                  history was summarised; the run then ends with result "compact"
 finish            result (RunResult) — always the last event of a run that ended
 ================  ==================================================================
 

@@ -50,8 +50,10 @@ from ..messages import (
 )
 from ..models.base import FinishEvent, ModelRequest, ReasoningDelta, TextDelta, ToolCallEvent, ToolSchema
 from ..tools import ToolInputError, ToolPolicy, to_output
+from .compaction import Compactor
 from .history import HistoryCache
 from .recovery import block_after, needs_recovery, plan_recovery
+from .revert import hidden_ids, visible_messages
 from .request import RunRequest, RunResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -116,6 +118,7 @@ class Run:
         self._dirty: dict[str, Part] = {}
         self._last_flush = 0.0
         self._parent: Optional[str] = None
+        self.compactor = Compactor(self)
 
     # ------------------------------------------------------------------ abort plumbing
 
@@ -207,6 +210,8 @@ class Run:
         yield {"type": "start", "session_id": req.session_id, "mode": req.mode, "run_id": req.run_id}
         transcript: Transcript = await self.p.load_transcript(req.session_id)
         self.messages = transcript.messages
+        if req.mode == "resume" and session.revert is not None:
+            self.messages = visible_messages(session, self.messages)  # resume never sees reverted messages
         if req.mode == "prompt":
             if session.revert is not None:
                 await self._clear_revert(session)
@@ -226,14 +231,23 @@ class Run:
                 break
             if self.steps >= agent.max_steps:
                 raise MaxStepsExceeded(req.session_id, agent.max_steps)
-            async for ev in self._step():
-                yield ev
+            try:
+                async for ev in self._step():
+                    yield ev
+            except ModelError as exc:
+                if not await self.compactor.on_model_error(exc):  # a context overflow compacts
+                    raise
             if self.has_output:
                 break
+            if self.compactor.due():
+                async for ev in self.compactor.compact():
+                    yield ev
+                break
         await self._touch_session(session)
-        last = self._last_assistant()
+        last = next((m for m in reversed(self.messages)
+                     if m.info.role == "assistant" and not getattr(m.info, "summary", False)), None)
         self.result = RunResult(
-            result="stop",
+            result="compact" if self.compactor.compacted else "stop",
             session_id=req.session_id,
             text=last.text if last else "",
             output=self.output if self.structured else None,
@@ -264,11 +278,11 @@ class Run:
     async def _clear_revert(self, session: Session) -> None:
         """Prompt mode: messages hidden by a revert are deleted for good."""
         assert session.revert is not None
-        cut = session.revert.message_id
-        doomed = [m.info.id for m in self.messages if m.info.id >= cut]
+        doomed = hidden_ids(session, self.messages)
         if doomed:
             await self.p.delete_messages(self.session_id, doomed)
-            self.messages = [m for m in self.messages if m.info.id < cut]
+            gone = set(doomed)
+            self.messages = [m for m in self.messages if m.info.id not in gone]
         session.revert = None
         await self.p.upsert_session(session)
         self.history.invalidate()

@@ -1,0 +1,614 @@
+"""OpenAIChatModel against a local chat-completions server (127.0.0.1, started here), end to end.
+
+The server speaks the streaming protocol (SSE over chunked HTTP/1.1) and plays a script:
+one response per request. It records every request and notices when a client goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import select
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Optional
+
+import pytest
+from pydantic import BaseModel
+
+pytest.importorskip("openai")
+
+from we0nb import ModelError, We0Agent, tool, user_message  # noqa: E402
+from we0nb.errors import ModelAuthenticationError, ModelProviderError  # noqa: E402
+from we0nb.messages import ReasoningPart, ToolPart  # noqa: E402
+from we0nb.models.base import AssistantTurn, ModelRequest, ToolCall, ToolResult, ToolSchema, UserTurn  # noqa: E402
+from we0nb.models.openai import OpenAIChatModel, to_openai_messages  # noqa: E402
+
+# --------------------------------------------------------------------------- the server
+
+Responder = Callable[["_Handler"], None]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_HTTPServer"
+
+    def log_message(self, *args: Any) -> None:  # keep test output clean
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802
+        fake = self.server.fake
+        body = self.rfile.read(int(self.headers.get("content-length", "0") or 0))
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = None
+        with fake.lock:
+            fake.requests.append({"time": time.monotonic(), "path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
+                                  "body": payload})
+            respond = fake.script.pop(0) if fake.script else None
+        if respond is None:
+            status(500, {"error": {"message": "the test server has no scripted response left"}})(self)
+        else:
+            respond(self)
+
+    # helpers for responders
+    def send_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: "FakeServer"
+
+
+class FakeServer:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.script: list[Responder] = []
+        self.requests: list[dict[str, Any]] = []
+        self.client_closed = threading.Event()
+        self.closed_at: Optional[float] = None
+        self.httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd.fake = self
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def play(self, *responders: Responder) -> None:
+        with self.lock:
+            self.script.extend(responders)
+
+    def bodies(self) -> list[dict[str, Any]]:
+        return [r["body"] for r in self.requests]
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def chunk(delta: Optional[dict] = None, finish: Optional[str] = None, usage: Optional[dict] = None,
+          **extra: Any) -> dict:
+    c: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                         "choices": []}
+    if delta is not None or finish is not None:
+        c["choices"] = [{"index": 0, "delta": delta if delta is not None else {}, "finish_reason": finish}]
+    if usage is not None:
+        c["usage"] = usage
+    c.update(extra)
+    return c
+
+
+def words(*pieces: str, finish: str = "stop", usage: Optional[dict] = None) -> list:
+    out: list = [chunk({"role": "assistant", "content": ""})]
+    out += [chunk({"content": p}) for p in pieces]
+    out.append(chunk({}, finish))
+    if usage is not None:
+        out.append(chunk(usage=usage))
+    return out
+
+
+def sse(events: list, *, cut: bool = False, hold: bool = False) -> Responder:
+    """Stream ``events`` (dicts as JSON, str as a raw data line, ``b"..."`` as raw bytes).
+
+    ``cut``: drop the connection after them (no [DONE], no end of the chunked body);
+    ``hold``: keep the stream open until the client disconnects, and record when it did.
+    """
+
+    def respond(h: _Handler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        for ev in events:
+            if isinstance(ev, bytes):
+                h.send_chunk(ev)
+            elif isinstance(ev, str):
+                h.send_chunk(f"data: {ev}\n\n".encode())
+            else:
+                h.send_chunk(f"data: {json.dumps(ev)}\n\n".encode())
+        if cut:
+            h.close_connection = True
+            h.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if hold:
+            h.close_connection = True
+            fake = h.server.fake
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                ready, _, _ = select.select([h.connection], [], [], 0.05)
+                if ready:
+                    try:
+                        data = h.connection.recv(1024)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        fake.closed_at = time.monotonic()
+                        fake.client_closed.set()
+                        return
+            return
+        h.send_chunk(b"data: [DONE]\n\n")
+        h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
+
+    return respond
+
+
+def status(code: int, body: Any, headers: Optional[dict[str, str]] = None) -> Responder:
+    def respond(h: _Handler) -> None:
+        data = json.dumps(body).encode()
+        h.send_response(code)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(data)
+        h.wfile.flush()
+
+    return respond
+
+
+@pytest.fixture
+def server():
+    s = FakeServer()
+    yield s
+    s.stop()
+
+
+def make_model(server: FakeServer, **kw: Any) -> OpenAIChatModel:
+    kw.setdefault("api_key", "sk-test")
+    kw.setdefault("retry_base_delay", 0.01)
+    return OpenAIChatModel("test-model", base_url=server.url, **kw)
+
+
+class Log:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+
+
+def adder(log: Log):
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        log.calls.append(("add", {"a": a, "b": b}))
+        return a + b
+
+    @tool(side_effects=False)
+    def mul(a: int, b: int) -> int:
+        """Multiply two integers."""
+        log.calls.append(("mul", {"a": a, "b": b}))
+        return a * b
+
+    return [add, mul]
+
+
+async def last_assistant(agent: We0Agent, sid: str):
+    t = await agent.transcript(sid)
+    return t.last_assistant
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+async def test_plain_text_reasoning_and_usage(server):
+    server.play(sse([
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"reasoning_content": "Let me "}),
+        chunk({"reasoning_content": "think."}),
+        chunk({"content": "Hel"}),
+        chunk({"content": "lo!"}),
+        chunk({}, "stop"),
+        chunk(usage={"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17,
+                     "prompt_tokens_details": {"cached_tokens": 4},
+                     "completion_tokens_details": {"reasoning_tokens": 2}}),
+    ]))
+    agent = We0Agent(make_model(server), system_prompt="Be brief.")
+    events = [e async for e in agent.stream(session_id="s1", messages=[user_message("hi")])]
+    result = events[-1]["result"]
+    assert result.result == "stop" and result.text == "Hello!"
+    assert [e["text"] for e in events if e["type"] == "text-delta"] == ["Hel", "lo!"]
+    assert [e["text"] for e in events if e["type"] == "reasoning-delta"] == ["Let me ", "think."]
+    msg = await last_assistant(agent, "s1")
+    assert msg.info.finish_reason == "stop" and msg.info.time.completed is not None
+    assert msg.info.model_id == "test-model"
+    u = msg.info.usage
+    assert (u.input_tokens, u.output_tokens, u.cached_tokens, u.reasoning_tokens) == (12, 5, 4, 2)
+    assert [p.text for p in msg.parts if isinstance(p, ReasoningPart)] == ["Let me think."]
+    # what the server received
+    (req,) = server.requests
+    assert req["path"] == "/v1/chat/completions"
+    assert req["headers"].get("authorization") == "Bearer sk-test"
+    body = req["body"]
+    assert body["model"] == "test-model" and body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    assert "tools" not in body and "tool_choice" not in body
+
+
+async def test_reasoning_field_of_other_servers_and_length_finish(server):
+    # Ollama / newer vLLM name the field "reasoning"; a server sending both is not doubled
+    server.play(sse([
+        chunk({"reasoning": "a"}),
+        chunk({"reasoning": "b", "reasoning_content": "b"}),
+        chunk({"content": "cut sho"}),
+        chunk({}, "length"),
+    ]))
+    agent = We0Agent(make_model(server, temperature=0.2, stream_usage=False))
+    result = await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert result.text == "cut sho"
+    msg = await last_assistant(agent, "s")
+    assert msg.info.finish_reason == "length"
+    assert [p.text for p in msg.parts if isinstance(p, ReasoningPart)] == ["ab"]
+    body = server.bodies()[0]
+    assert body["temperature"] == 0.2 and "stream_options" not in body
+
+
+async def test_tool_call_arguments_split_across_chunks(server):
+    server.play(
+        sse([
+            chunk({"role": "assistant", "content": None, "tool_calls": [
+                {"index": 0, "id": "call_a", "type": "function", "function": {"name": "add", "arguments": ""}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"a"'}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": ': 1, "'}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'b": 2}'}}]}),
+            chunk({}, "tool_calls"),
+            chunk(usage={"prompt_tokens": 30, "completion_tokens": 9}),
+        ]),
+        sse(words("It is ", "3.")),
+    )
+    log = Log()
+    agent = We0Agent(make_model(server), tools=adder(log))
+    result = await agent.invoke(session_id="s", messages=[user_message("1+2?")])
+    assert result.text == "It is 3." and result.steps == 2
+    assert log.calls == [("add", {"a": 1, "b": 2})]
+    first, second = server.bodies()
+    tools = {t["function"]["name"]: t for t in first["tools"]}
+    assert set(tools) == {"add", "mul"} and tools["add"]["type"] == "function"
+    assert tools["add"]["function"]["description"] == "Add two integers."
+    assert set(tools["add"]["function"]["parameters"]["properties"]) == {"a", "b"}
+    assert "tool_choice" not in first
+    assistant, result_msg = second["messages"][1], second["messages"][2]
+    assert assistant["role"] == "assistant" and assistant["tool_calls"][0]["id"] == "call_a"
+    assert assistant["tool_calls"][0]["function"]["name"] == "add"
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"]) == {"a": 1, "b": 2}
+    assert result_msg == {"role": "tool", "tool_call_id": "call_a", "content": "3"}
+    t = await agent.transcript("s")
+    step1 = t.messages[1]
+    assert step1.info.finish_reason == "tool-calls" and step1.info.usage.input_tokens == 30
+
+
+async def test_parallel_tool_calls_interleaved(server):
+    server.play(
+        sse([
+            chunk({"tool_calls": [
+                {"index": 0, "id": "call_0", "type": "function", "function": {"name": "add", "arguments": '{"a": 2,'}},
+                {"index": 1, "id": "call_1", "type": "function", "function": {"name": "mul", "arguments": '{"a"'}}]}),
+            chunk({"tool_calls": [{"index": 1, "function": {"arguments": ': 3, "b": 4}'}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": ' "b": 5}'}}]}),
+            chunk({}, "tool_calls"),
+        ]),
+        sse(words("7 and 12")),
+    )
+    log = Log()
+    agent = We0Agent(make_model(server), tools=adder(log))
+    events = [e async for e in agent.stream(session_id="s", messages=[user_message("go")])]
+    assert log.calls == [("add", {"a": 2, "b": 5}), ("mul", {"a": 3, "b": 4})]
+    pending = [e["part"] for e in events if e["type"] == "tool" and e["part"].state.status == "pending"]
+    assert [(p.call_id, p.tool) for p in pending] == [("call_0", "add"), ("call_1", "mul")]
+    second = server.bodies()[1]["messages"]
+    assert [c["id"] for c in second[1]["tool_calls"]] == ["call_0", "call_1"]
+    assert [(m["tool_call_id"], m["content"]) for m in second[2:4]] == [("call_0", "7"), ("call_1", "12")]
+    assert events[-1]["result"].text == "7 and 12"
+
+
+async def test_structured_output_forces_a_tool_call(server):
+    class Answer(BaseModel):
+        value: int
+
+    server.play(sse([
+        chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                               "function": {"name": "final_result", "arguments": '{"value": 42}'}}]}),
+        chunk({}, "tool_calls"),
+    ]))
+    agent = We0Agent(make_model(server), output_type=Answer)
+    result = await agent.invoke(session_id="s", messages=[user_message("answer")])
+    assert result.output == Answer(value=42)
+    body = server.bodies()[0]
+    assert body["tool_choice"] == "required"
+    assert [t["function"]["name"] for t in body["tools"]] == ["final_result"]
+
+
+async def test_odd_but_valid_chunks_are_tolerated(server):
+    server.play(sse([
+        b": keep-alive comment\n\n",
+        chunk(),                                              # no choices at all
+        {"id": "x", "object": "chat.completion.chunk"},       # no "choices" key
+        chunk({"role": "assistant"}),                         # role only
+        chunk({"content": None}),                             # null content
+        {"id": "x", "choices": [{"index": 0, "delta": None, "finish_reason": None}]},
+        chunk({"content": "ok"}, some_vendor_field={"x": 1}),
+        # a tool call without an index (some servers) and unparseable arguments
+        chunk({"tool_calls": [{"id": "c9", "function": {"name": "add", "arguments": "{not json"}}]}),
+        chunk({}, "tool_calls"),
+    ]), sse(words("fixed")))
+    log = Log()
+    agent = We0Agent(make_model(server), tools=adder(log))
+    result = await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert result.text == "fixed"
+    t = await agent.transcript("s")
+    (tp,) = [p for m in t.messages for p in m.parts if isinstance(p, ToolPart)]
+    assert tp.call_id == "c9" and tp.state.status == "error"  # the raw text reached the engine
+    assert "not json" in tp.state.error or "JSON" in tp.state.error
+    assert log.calls == []
+    assert t.messages[1].text == "ok"
+
+
+async def test_malformed_chunk_fails_the_step_and_resume_continues(server):
+    server.play(sse([chunk({"content": "Part"}), "{this is not json"]), sse(words("Whole answer.")))
+    agent = We0Agent(make_model(server))
+    with pytest.raises(ModelError) as info:
+        await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert isinstance(info.value.cause, ModelProviderError) and "malformed" in str(info.value.cause)
+    msg = await last_assistant(agent, "s")
+    assert msg.info.time.completed is None and msg.info.error.reason == "ModelProviderError"
+    assert msg.text == "Part"
+    assert len(server.requests) == 1  # text was already streamed: no silent retry
+    result = await agent.invoke(mode="resume", session_id="s")
+    assert result.text == "Whole answer."
+
+
+async def test_disconnect_mid_stream_leaves_the_message_resumable(server):
+    server.play(sse([chunk({"content": "Hel"}), chunk({"content": "lo"})], cut=True),
+                sse(words("Hello again.")))
+    agent = We0Agent(make_model(server))
+    events: list = []
+    with pytest.raises(ModelError) as info:
+        async for e in agent.stream(session_id="s", messages=[user_message("x")]):
+            events.append(e)
+    assert isinstance(info.value.cause, ModelProviderError)
+    assert "broke off" in str(info.value.cause) or "ended before" in str(info.value.cause)
+    assert [e["text"] for e in events if e["type"] == "text-delta"] == ["Hel", "lo"]
+    msg = await last_assistant(agent, "s")
+    assert msg.info.time.completed is None  # unfinished: resume repairs it
+    assert msg.info.error is not None and msg.text == "Hello"
+    assert len(server.requests) == 1
+    events = [e async for e in agent.stream(mode="resume", session_id="s")]
+    assert any(e["type"] == "recovery" and e["action"] == "close" for e in events)
+    assert events[-1]["result"].text == "Hello again."
+    t = await agent.transcript("s")
+    assert t.messages[1].info.time.completed is not None and t.messages[1].text == "Hello"
+    # the retried step sees the partial answer of the broken one
+    assert server.bodies()[1]["messages"][-1] == {"role": "assistant", "content": "Hello"}
+
+
+async def test_stream_ending_without_finish_reason_is_an_error(server):
+    # a close-delimited body that just stops: no finish_reason ever arrived
+    def respond(h: _Handler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Connection", "close")
+        h.end_headers()
+        h.wfile.write(f"data: {json.dumps(chunk({'content': 'abc'}))}\n\n".encode())
+        h.wfile.flush()
+        h.close_connection = True
+
+    server.play(respond)
+    agent = We0Agent(make_model(server))
+    with pytest.raises(ModelError) as info:
+        await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert isinstance(info.value.cause, ModelProviderError)
+    msg = await last_assistant(agent, "s")
+    assert msg.text == "abc" and msg.info.time.completed is None
+
+
+# --------------------------------------------------------------------------- HTTP errors
+
+
+async def test_401_is_recorded_on_the_assistant_message_without_retry(server):
+    server.play(status(401, {"error": {"message": "Incorrect API key provided: sk-test.",
+                                       "type": "invalid_request_error", "code": "invalid_api_key"}}))
+    agent = We0Agent(make_model(server))
+    with pytest.raises(ModelError) as info:
+        await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert isinstance(info.value.cause, ModelAuthenticationError)
+    msg = await last_assistant(agent, "s")
+    assert msg.info.error.reason == "ModelAuthenticationError"
+    assert "Incorrect API key provided" in msg.info.error.message
+    assert "OPENAI_API_KEY" in msg.info.error.message and "401" in msg.info.error.message
+    assert len(server.requests) == 1
+
+
+async def test_429_honours_retry_after(server):
+    server.play(status(429, {"error": {"message": "Rate limit reached", "type": "requests"}},
+                       {"Retry-After": "1"}),
+                sse(words("after the wait")))
+    agent = We0Agent(make_model(server, retry_base_delay=0.0))
+    result = await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert result.text == "after the wait"
+    first, second = server.requests
+    assert second["time"] - first["time"] >= 0.95  # the server asked for one second
+    assert second["body"] == first["body"]
+    t = await agent.transcript("s")
+    assert len(t.messages) == 2 and t.messages[1].info.error is None  # one clean step
+
+
+async def test_429_gives_up_after_max_retries(server):
+    limited = status(429, {"error": {"message": "Slow down"}}, {"retry-after-ms": "10"})
+    server.play(limited, limited, limited, sse(words("never reached")))
+    agent = We0Agent(make_model(server, max_retries=2))
+    with pytest.raises(ModelError) as info:
+        await agent.invoke(session_id="s", messages=[user_message("x")])
+    cause = info.value.cause
+    assert isinstance(cause, ModelProviderError) and cause.status_code == 429
+    assert "gave up after 2 retries" in str(cause) and "Slow down" in str(cause)
+    assert len(server.requests) == 3
+
+
+async def test_retry_after_longer_than_the_cap_is_not_waited_for(server):
+    server.play(status(429, {"error": {"message": "come back tomorrow"}}, {"Retry-After": "86400"}))
+    agent = We0Agent(make_model(server, max_retry_after=5))
+    t0 = time.monotonic()
+    with pytest.raises(ModelError):
+        await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert time.monotonic() - t0 < 5 and len(server.requests) == 1
+
+
+async def test_5xx_is_retried_with_backoff(server):
+    server.play(status(500, {"error": {"message": "boom"}}), status(503, {"error": {"message": "busy"}}),
+                sse(words("recovered")))
+    agent = We0Agent(make_model(server))
+    result = await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert result.text == "recovered" and len(server.requests) == 3
+
+
+async def test_5xx_after_retries_is_a_model_error(server):
+    server.play(*[status(500, {"error": {"message": "still broken"}}) for _ in range(3)])
+    agent = We0Agent(make_model(server, max_retries=2))
+    with pytest.raises(ModelError) as info:
+        await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert info.value.cause.status_code == 500 and "still broken" in str(info.value.cause)
+    msg = await last_assistant(agent, "s")
+    assert msg.info.time.completed is None and "500" in msg.info.error.message
+
+
+async def test_400_is_not_retried(server):
+    server.play(status(400, {"error": {"message": "Unknown parameter: 'foo'"}}))
+    agent = We0Agent(make_model(server))
+    with pytest.raises(ModelError) as info:
+        await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert "Unknown parameter" in str(info.value.cause) and len(server.requests) == 1
+
+
+async def test_context_length_error_compacts_then_resume_continues(server):
+    server.play(
+        status(400, {"error": {"message": "This model's maximum context length is 4096 tokens. However, you "
+                                          "requested 5000 tokens.", "type": "invalid_request_error",
+                               "param": "messages", "code": "context_length_exceeded"}}),
+        sse(words("The user asked for x.", usage={"prompt_tokens": 3000, "completion_tokens": 8})),
+        sse(words("Done with x.", usage={"prompt_tokens": 40, "completion_tokens": 4})),
+    )
+    agent = We0Agent(make_model(server, context_window=4096))
+    events = [e async for e in agent.stream(session_id="s", messages=[user_message("do x")])]
+    assert events[-1]["result"].result == "compact"
+    (comp,) = [e for e in events if e["type"] == "compaction"]
+    assert comp["part"].summary == "The user asked for x."
+    summary_req = server.bodies()[1]
+    assert "tools" not in summary_req and "summary" in summary_req["messages"][-1]["content"]
+    result = await agent.invoke(mode="resume", session_id="s")
+    assert result.result == "stop" and result.text == "Done with x."
+    sent = server.bodies()[2]["messages"]
+    assert sent[0]["content"].startswith("Summary of the conversation so far:\nThe user asked for x.")
+    assert sent[1]["role"] == "user" and sent[1]["content"].startswith("do x")
+    assert len(sent) == 2
+
+
+def test_is_context_length_error_recognises_servers():
+    from we0nb.models.openai import _CONTEXT_TEXT
+
+    for text in ["This model's maximum context length is 8192 tokens.",
+                 "the request exceeds the available context size, try increasing it",
+                 "prompt is too long: 210000 tokens > 200000 maximum",
+                 "Input is too long for requested model."]:
+        assert _CONTEXT_TEXT.search(text), text
+    assert not _CONTEXT_TEXT.search("Unknown parameter: 'foo'")
+
+
+# --------------------------------------------------------------------------- abort
+
+
+@pytest.mark.parametrize("when", ["between-events", "while-blocked-on-the-stream"])
+async def test_abort_closes_the_http_stream_at_once(server, when):
+    server.play(sse([chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"})], hold=True),
+                sse(words("resumed")))
+    agent = We0Agent(make_model(server))
+    abort = asyncio.Event()
+    seen: list = []
+    aborted_at = None
+    with pytest.raises(asyncio.CancelledError):
+        async for e in agent.stream(abort=abort, session_id="s", messages=[user_message("x")]):
+            seen.append(e)
+            if e["type"] == "text-delta":
+                aborted_at = time.monotonic()
+                if when == "between-events":
+                    abort.set()  # seen at the loop's next check point
+                else:
+                    # set once the loop is parked on the next (never coming) chunk: the
+                    # watcher cancels the pending read
+                    asyncio.get_running_loop().call_soon(abort.set)
+    assert aborted_at is not None
+    closed = await asyncio.to_thread(server.client_closed.wait, 10)
+    assert closed, "the server never saw the connection close"
+    assert server.closed_at - aborted_at < 2.0  # in practice a few milliseconds
+    msg = await last_assistant(agent, "s")
+    assert msg.info.time.completed is None and msg.text == "Hel"
+    result = await agent.invoke(mode="resume", session_id="s")
+    assert result.text == "resumed"
+
+
+# --------------------------------------------------------------------------- client plumbing
+
+
+def test_model_works_across_event_loops(server):
+    server.play(sse(words("one")), sse(words("two")))
+    agent = We0Agent(make_model(server))
+    r1 = asyncio.run(agent.invoke(session_id="a", messages=[user_message("x")]))
+    r2 = asyncio.run(agent.invoke(session_id="b", messages=[user_message("y")]))
+    assert (r1.text, r2.text) == ("one", "two")
+
+
+def test_construction_errors(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ValueError, match="OPENAI_API_KEY"):
+        OpenAIChatModel("gpt-4o-mini")
+    with pytest.raises(TypeError, match="stream"):
+        OpenAIChatModel("m", base_url="http://127.0.0.1:1/v1", stream=False)
+    m = OpenAIChatModel("m", base_url="http://127.0.0.1:1/v1")  # a local server needs no key
+    assert m.model_id == "m" and m.context_window is None
+
+
+def test_history_mapping():
+    req = ModelRequest(
+        messages=[UserTurn("q"),
+                  AssistantTurn("let me", "thought", [ToolCall("c1", "add", {"a": 1, "b": "é"})]),
+                  ToolResult("c1", "add", "boom", True),
+                  AssistantTurn("", "", [ToolCall("c2", "mul", {})]),
+                  ToolResult("c2", "mul", "0"),
+                  AssistantTurn("final")],
+        tools=[ToolSchema("add", "d", {"type": "object"})], system="sys")
+    out = to_openai_messages(req)
+    assert out[0] == {"role": "system", "content": "sys"}
+    assert out[1] == {"role": "user", "content": "q"}
+    assert out[2]["content"] == "let me" and "reasoning_content" not in out[2]
+    assert out[2]["tool_calls"][0]["function"]["arguments"] == '{"a": 1, "b": "é"}'
+    assert out[3] == {"role": "tool", "tool_call_id": "c1", "content": "boom"}
+    assert out[4]["content"] is None and out[4]["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert out[6] == {"role": "assistant", "content": "final"}
+    assert to_openai_messages(req, send_reasoning=True)[2]["reasoning_content"] == "thought"
