@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from .engine import RunRequest, RunResult, We0Agent, plan_recovery, user_message
 from .errors import (
+    CompactionError,
+    ContextWindowExceeded,
     CorruptRecordError,
+    ModelAuthenticationError,
+    ModelProviderError,
     MaxStepsExceeded,
     ModelError,
     OutputValidationError,
@@ -55,12 +59,20 @@ __all__ = [
     "ToolState", "ToolStatePending", "ToolStateRunning", "ToolStateCompleted", "ToolStateError",
     "We0Error", "SessionBusyError", "MaxStepsExceeded", "ModelError", "OutputValidationError",
     "ScriptExhaustedError", "PersistenceError", "CorruptRecordError", "SchemaVersionError",
+    "ModelProviderError", "ModelAuthenticationError", "ContextWindowExceeded", "CompactionError",
 ]
 
 _LAZY = {
     "SqlPersistence": ("we0nb.persistence.sql", "SqlPersistence"),
     "OpenAIChatModel": ("we0nb.models.openai", "OpenAIChatModel"),
+    "show": ("we0nb.notebook.live", "show"),
 }
+
+
+def load_ipython_extension(ipython):  # `%load_ext we0nb` registers the %%we0 cell magic
+    from .notebook.magics import load_ipython_extension as load
+
+    load(ipython)
 
 
 def __getattr__(name: str):

@@ -179,7 +179,8 @@ class Run:
     # ------------------------------------------------------------------ the run
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
-        req = self.req
+        """The run as events. Deltas cross only this generator and :meth:`_step`: keep it flat."""
+        req, agent = self.req, self.agent
         if req.abort.is_set():
             raise asyncio.CancelledError("aborted before the run started")
         lease = await self.p.acquire_lease(req.session_id, req.run_id)
@@ -188,8 +189,57 @@ class Run:
         task = asyncio.current_task()
         try:
             try:
-                async for ev in self._run():
-                    yield ev
+                session = await self._ensure_session()
+                yield {"type": "start", "session_id": req.session_id, "mode": req.mode, "run_id": req.run_id}
+                transcript: Transcript = await self.p.load_transcript(req.session_id)
+                self.messages = transcript.messages
+                if req.mode == "resume" and session.revert is not None:
+                    self.messages = visible_messages(session, self.messages)  # resume never sees reverted messages
+                if req.mode == "prompt":
+                    if session.revert is not None:
+                        await self._clear_revert(session)
+                    async for ev in self._recover("prompt"):
+                        yield ev
+                    parent = await self._write_user_messages(session)
+                    for m in parent:
+                        yield {"type": "user-message", "message": m.info.model_copy(), "text": m.text}
+                while True:
+                    self._check_abort()
+                    recovered = False
+                    if req.mode == "resume":
+                        async for ev in self._recover("resume"):
+                            recovered = True
+                            yield ev
+                    if not self._needs_step(recovered):
+                        break
+                    if self.steps >= agent.max_steps:
+                        raise MaxStepsExceeded(req.session_id, agent.max_steps)
+                    try:
+                        async for ev in self._step():
+                            yield ev
+                    except ModelError as exc:
+                        if not await self.compactor.on_model_error(exc):  # a context overflow compacts
+                            raise
+                    if self.has_output:
+                        break
+                    if self.compactor.due():
+                        async for ev in self.compactor.compact():
+                            yield ev
+                        break
+                await self._touch_session(session)
+                last = next((m for m in reversed(self.messages)
+                             if m.info.role == "assistant" and not getattr(m.info, "summary", False)), None)
+                self.result = RunResult(
+                    result="compact" if self.compactor.compacted else "stop",
+                    session_id=req.session_id,
+                    text=last.text if last else "",
+                    output=self.output if self.structured else None,
+                    message_id=last.info.id if last else None,
+                    steps=self.steps,
+                    usage=self.usage,
+                    run_id=req.run_id,
+                )
+                yield {"type": "finish", "result": self.result}
             except _Aborted:
                 await self._persist_interrupted_run()
                 raise asyncio.CancelledError("run aborted") from None
@@ -203,60 +253,6 @@ class Run:
             if not watcher.done():
                 watcher.cancel()
             await asyncio.shield(lease.release())
-
-    async def _run(self) -> AsyncIterator[dict[str, Any]]:
-        req, agent = self.req, self.agent
-        session = await self._ensure_session()
-        yield {"type": "start", "session_id": req.session_id, "mode": req.mode, "run_id": req.run_id}
-        transcript: Transcript = await self.p.load_transcript(req.session_id)
-        self.messages = transcript.messages
-        if req.mode == "resume" and session.revert is not None:
-            self.messages = visible_messages(session, self.messages)  # resume never sees reverted messages
-        if req.mode == "prompt":
-            if session.revert is not None:
-                await self._clear_revert(session)
-            async for ev in self._recover("prompt"):
-                yield ev
-            parent = await self._write_user_messages(session)
-            for m in parent:
-                yield {"type": "user-message", "message": m.info.model_copy(), "text": m.text}
-        while True:
-            self._check_abort()
-            recovered = False
-            if req.mode == "resume":
-                async for ev in self._recover("resume"):
-                    recovered = True
-                    yield ev
-            if not self._needs_step(recovered):
-                break
-            if self.steps >= agent.max_steps:
-                raise MaxStepsExceeded(req.session_id, agent.max_steps)
-            try:
-                async for ev in self._step():
-                    yield ev
-            except ModelError as exc:
-                if not await self.compactor.on_model_error(exc):  # a context overflow compacts
-                    raise
-            if self.has_output:
-                break
-            if self.compactor.due():
-                async for ev in self.compactor.compact():
-                    yield ev
-                break
-        await self._touch_session(session)
-        last = next((m for m in reversed(self.messages)
-                     if m.info.role == "assistant" and not getattr(m.info, "summary", False)), None)
-        self.result = RunResult(
-            result="compact" if self.compactor.compacted else "stop",
-            session_id=req.session_id,
-            text=last.text if last else "",
-            output=self.output if self.structured else None,
-            message_id=last.info.id if last else None,
-            steps=self.steps,
-            usage=self.usage,
-            run_id=req.run_id,
-        )
-        yield {"type": "finish", "result": self.result}
 
     # ------------------------------------------------------------------ start-up
 
