@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Sequence
 
 from .._ids import new_id
-from ..messages import Usage
+from ..messages import Usage, _Displayable
 
 __all__ = ["UserInput", "user_message", "RunRequest", "RunResult", "build_request", "Mode"]
 
@@ -34,7 +34,7 @@ def user_message(text: str) -> UserInput:
 
 
 @dataclass(frozen=True)
-class RunRequest:
+class RunRequest(_Displayable):
     """A validated run: what ``stream()``/``invoke()`` will do. Building it runs nothing."""
 
     abort: asyncio.Event = field(repr=False)
@@ -46,7 +46,7 @@ class RunRequest:
 
 
 @dataclass
-class RunResult:
+class RunResult(_Displayable):
     """How a run ended. ``result`` is ``"stop"`` or ``"compact"``."""
 
     result: Literal["stop", "compact"]

@@ -1,0 +1,211 @@
+"""The `we0nb` command line, run as a user would: in a subprocess, on a SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("WE0NB_DB", None)
+    env["PYTHONIOENCODING"] = "utf-8"
+    return subprocess.run([sys.executable, "-m", "we0nb.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def ledger(db: Path) -> list[dict]:
+    path = db.with_name(db.stem + ".orders.jsonl")
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def session_id_of(out: str) -> str:
+    for line in out.splitlines():
+        if line.strip().startswith("session ") and "ses_" in line:
+            return line.split()[1]
+    raise AssertionError(f"no session id in:\n{out}")
+
+
+FAST = ("--delay", "0")
+
+
+def test_demo_on_sqlite_aborts_resumes_and_runs_the_side_effect_once(tmp_path):
+    db = tmp_path / "demo.db"
+    url = f"sqlite:///{db}"
+    p = run("demo", "--db", url, *FAST, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    sid = session_id_of(out)
+    assert db.exists()
+    # phase 1: aborted mid-tool, nothing closed
+    assert "abort.set()" in out
+    assert "time.completed = None" in out
+    # phase 2: the three recovery outcomes
+    assert "recovery keep" in out and "recovery recall" in out and "recovery interrupt" in out
+    # the report
+    for needle in ("== 3. the persisted transcript", "== 4. tool calls", "interrupt (resume)", "recall", "keep",
+                   "UnfinishedAssistantMessage", "Tea: 14 in stock"):
+        assert needle in out, needle
+    assert "OK: every side effect ran at most once" in out
+    orders = ledger(db)
+    assert [(o["item"], o["quantity"], o["session_id"]) for o in orders] == [("coffee", 2, sid)]
+
+    # the same database, read back by other processes
+    s = run("sessions", "--db", url, cwd=tmp_path)
+    assert s.returncode == 0, s.stderr
+    assert sid in s.stdout and "complete" in s.stdout and "1 session(s)" in s.stdout
+
+    sh = run("show", sid, "--db", url, cwd=tmp_path)
+    assert sh.returncode == 0, sh.stderr
+    assert "place_order" in sh.stdout and "interrupt (resume)" in sh.stdout and "recall" in sh.stdout
+    assert "state: complete" in sh.stdout
+
+    # resuming a finished session does nothing
+    r = run("resume", sid, "--db", url, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "nothing to resume" in r.stdout
+    assert len(ledger(db)) == 1
+
+
+def test_demo_no_resume_then_resume_in_another_process(tmp_path):
+    db = tmp_path / "two.db"  # a plain path means SQLite
+    p = run("demo", "--db", str(db), "--session", "ses_cli_two", "--no-resume", *FAST, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "we0nb resume ses_cli_two" in p.stdout
+    assert "recovery" not in p.stdout
+
+    s = run("sessions", "--db", str(db), cwd=tmp_path)
+    assert "ses_cli_two" in s.stdout and "needs resume" in s.stdout
+
+    sh = run("show", "ses_cli_two", "--db", str(db), cwd=tmp_path)
+    assert sh.returncode == 0 and "UNFINISHED" in sh.stdout and "running" in sh.stdout and "pending" in sh.stdout
+
+    r = run("resume", "ses_cli_two", "--db", str(db), *FAST, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "recovery keep" in r.stdout and "recovery recall" in r.stdout and "recovery interrupt" in r.stdout
+    assert "OK: every side effect ran at most once" in r.stdout
+    assert [o["item"] for o in ledger(db)] == ["coffee"]
+
+    again = run("demo", "--db", str(db), "--session", "ses_cli_two", *FAST, cwd=tmp_path)
+    assert again.returncode == 1 and "already exists" in again.stderr
+
+
+def test_demo_in_memory_needs_no_database(tmp_path):
+    p = run("demo", "--db", "memory", *FAST, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "OK: every side effect ran at most once" in p.stdout
+    assert not list(tmp_path.glob("*.db"))
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run the command in this process (fast); exit code, stdout, stderr."""
+    from we0nb.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as e:  # argparse: --help, usage errors
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_errors_in_a_subprocess(tmp_path):
+    url = f"sqlite:///{tmp_path / 'missing.db'}"
+    p = run("show", "ses_x", "--db", url, cwd=tmp_path)
+    assert p.returncode == 1 and "no database" in p.stderr and "Traceback" not in p.stderr
+    p = run("frobnicate", cwd=tmp_path)
+    assert p.returncode == 2 and "invalid choice" in p.stderr
+
+
+def test_errors(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WE0NB_DB", raising=False)
+    url = f"sqlite:///{tmp_path / 'missing.db'}"
+    for args in (("sessions", "--db", url), ("show", "ses_x", "--db", url), ("resume", "ses_x", "--db", url)):
+        code, out, err = cli(capsys, *args)
+        assert code == 1, (args, out, err)
+        assert "no database" in err and "we0nb demo" in err
+    assert not (tmp_path / "missing.db").exists(), "reading commands must not create a database"
+
+    db = tmp_path / "e.db"
+    assert cli(capsys, "demo", "--db", str(db), "--no-resume", "--delay", "0")[0] == 0
+    code, out, err = cli(capsys, "show", "ses_nope", "--db", str(db))
+    assert code == 1 and "no session 'ses_nope'" in err and "we0nb sessions" in err
+
+    bad = tmp_path / "not-a-db.db"
+    bad.write_text("this is not a database")
+    code, out, err = cli(capsys, "sessions", "--db", str(bad))
+    assert code == 1 and "error:" in err
+
+    code, out, err = cli(capsys, "show", "ses_x", "--db", "memory")
+    assert code == 1 and "memory" in err
+
+    code, out, err = cli(capsys, "frobnicate")
+    assert code == 2 and "invalid choice" in err
+    code, out, err = cli(capsys, "show")
+    assert code == 2 and "SESSION" in err
+    code, out, err = cli(capsys, "demo", "--delay", "-1")
+    assert code == 2 and "--delay" in err
+    code, out, err = cli(capsys)
+    assert code == 2 and "demo" in out
+
+
+def test_resume_refuses_a_session_it_has_no_agent_for(tmp_path):
+    db = tmp_path / "other.db"
+    url = f"sqlite:///{db}"
+    script = f"""
+import asyncio
+from we0nb import We0Agent, ScriptedModel, SqlPersistence, text, user_message
+async def main():
+    p = SqlPersistence({url!r})
+    agent = We0Agent(ScriptedModel([[text("a long answer")]], delay=0.2), persistence=p)
+    abort = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.5, abort.set)
+    try:
+        await agent.invoke(abort=abort, session_id="ses_other", messages=[user_message("hello")])
+    except asyncio.CancelledError:
+        pass
+    await p.close()
+asyncio.run(main())
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    p = run("resume", "ses_other", "--db", url, cwd=tmp_path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "not written by `we0nb demo`" in p.stderr and "mode='resume'" in p.stderr
+    sh = run("show", "ses_other", "--db", url, cwd=tmp_path)
+    assert sh.returncode == 0 and "needs resume" in sh.stdout
+
+
+def test_help_and_python_dash_m(tmp_path, capsys):
+    env = dict(os.environ, PYTHONIOENCODING="utf-8")
+    p = subprocess.run([sys.executable, "-m", "we0nb", "--help"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0
+    for cmd in ("demo", "sessions", "show", "resume", "lab"):
+        assert cmd in p.stdout
+    for cmd in ("demo", "sessions", "show", "resume", "lab"):
+        code, out, err = cli(capsys, cmd, "--help")
+        assert code == 0 and "usage: we0nb " + cmd in out
+        if cmd != "lab":
+            assert "--db" in out
+
+
+def test_lab_dry_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, out, err = cli(capsys, "lab", "--dry-run")
+    assert code == 0, err
+    assert "-m jupyter lab" in out and str(ROOT / "notebooks") in out
+    code, out, err = cli(capsys, "lab", "--dry-run", "--", "--port", "9999")
+    assert out.rstrip().endswith("--port 9999")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, "lab", "--dir", str(tmp_path / "nowhere"))
+    assert code == 1 and "notebooks" in err
