@@ -46,7 +46,21 @@ UNFINISHED_REASON = "UnfinishedAssistantMessage"
 UNFINISHED_MESSAGE = "Assistant message was not completed before recovery."
 
 
-class _Model(BaseModel):
+class _Displayable:
+    """Rich display in notebooks (HTML + plain text); the renderer is imported lazily."""
+
+    def _repr_html_(self) -> str:
+        from .notebook.html import render_html
+
+        return render_html(self)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        from .notebook.html import mimebundle
+
+        return mimebundle(self)
+
+
+class _Model(_Displayable, BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
 
@@ -233,7 +247,7 @@ Part = Annotated[
 # --------------------------------------------------------------------------- transcript
 
 
-class MessageWithParts(BaseModel):
+class MessageWithParts(_Displayable, BaseModel):
     info: Union[UserMessage, AssistantMessage] = Field(discriminator="role")
     parts: list[Part] = Field(default_factory=list)
 
@@ -246,7 +260,7 @@ class MessageWithParts(BaseModel):
         return [p for p in self.parts if isinstance(p, ToolPart)]
 
 
-class Transcript(BaseModel):
+class Transcript(_Displayable, BaseModel):
     """The persisted history of one session; ``session`` is None when it does not exist."""
 
     session: Optional[Session] = None
