@@ -1,0 +1,201 @@
+"""Real browser: JupyterLab + chromium (Playwright) run a notebook with the live view and
+the run panel; Abort and Resume are clicked like a user would; model text cannot inject HTML.
+
+Screenshots go to ``$WE0NB_ARTIFACTS`` (default ``test-artifacts/``); the README images
+``docs/img/live-view.png`` and ``docs/img/panel.png`` are refreshed from them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nbutil_lab import CHROMIUM, CHROMIUM_ARGS, Lab
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[1]
+XSS = '<img src=x onerror="window.__pwned=1">'
+
+CELLS = [
+    """import we0nb
+from we0nb import We0Agent, ScriptedModel, reasoning, text, tool, tool_call
+from we0nb.notebook import RunPanel
+
+XSS = '<img src=x onerror="window.__pwned=1">'
+
+@tool(side_effects=False)
+def search_docs(query: str) -> str:
+    return "3 pages mention <resume>: recovery.md, abort.md, tools.md"
+
+@tool
+def send_email(to: str, body: str) -> str:
+    return f"sent to {to}"
+
+demo = We0Agent(ScriptedModel([
+    [reasoning("The user wants a summary, then an email. Search first."),
+     text("Let me search the docs. " + XSS), tool_call("search_docs", {"query": "resume"}),
+     tool_call("send_email", {"to": "team@example.com", "body": "<b>summary</b>"})],
+    [text("Found 3 pages and emailed the team. Resume never runs a side effect twice.")],
+], delay=0.01), tools=[search_docs, send_email])""",
+    """result = await we0nb.show(demo, "Summarise the resume docs and email the team", session_id="ses_live")""",
+    """agent = We0Agent(ScriptedModel([
+    [text("Working on it: " + XSS + " "), text([f"chunk{i} " for i in range(6000)])],
+    [text("Resumed: all done.")],
+], delay=0.02))
+panel = RunPanel(agent, session_id="ses_panel", title="long answer")
+panel.start("Write a long answer")""",
+]
+
+
+def _notebook(path: Path) -> None:
+    nb = {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+                   "source": src} for i, src in enumerate(CELLS)],
+        "metadata": {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+                     "language_info": {"name": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(nb, indent=1))
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    d = Path(os.environ.get("WE0NB_ARTIFACTS", "test-artifacts"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _kernel_ready(page) -> None:
+    """Wait for an idle kernel, accepting the "Select Kernel" dialog if JupyterLab shows one."""
+    for _ in range(5):
+        state = page.wait_for_function("""() => document.querySelector('.jp-Dialog') ? 'dialog'
+            : (document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']") ? 'idle' : null)""",
+                                       timeout=120_000).json_value()
+        if state == "idle":
+            return
+        page.click(".jp-Dialog .jp-Dialog-button.jp-mod-accept")
+        page.wait_for_selector(".jp-Dialog", state="detached", timeout=60_000)
+    raise AssertionError("JupyterLab kept showing dialogs")
+
+
+def _run_all(page, restart: bool) -> None:
+    page.click("li.lm-MenuBar-item:has-text('Run')")
+    if restart:
+        page.click("li.lm-Menu-item[data-command='runmenu:restart-and-run-all']")
+        page.click(".jp-Dialog .jp-Dialog-button.jp-mod-accept", timeout=60_000)
+    else:
+        page.click("li.lm-Menu-item[data-command='runmenu:run-all']")
+
+
+def _started(page) -> bool:
+    """True once the first cell is queued or ran ("[*]" or "[1]" in its prompt)."""
+    try:
+        page.wait_for_function("""() => {
+            const p = document.querySelector('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
+            return p && /\\[(\\*|\\d+)\\]/.test(p.innerText);
+        }""", timeout=30_000)
+        return True
+    except Exception:
+        return False
+
+
+def _dismiss_toasts(page) -> None:
+    for button in page.locator(".jp-toast-button:has-text('No')").all():
+        try:
+            button.click(timeout=2_000)
+        except Exception:
+            pass
+
+
+def _open_and_run(page, lab: Lab, attempt: int) -> None:
+    if attempt == 0:
+        page.goto(f"{lab.url}/lab/tree/demo.ipynb", wait_until="domcontentloaded", timeout=120_000)
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    for _ in range(3):  # right after the kernel dialog, Run All can be dropped: check it took
+        _kernel_ready(page)
+        _run_all(page, restart=attempt > 0)
+        if _started(page):
+            break
+    # the live view of cell 2 finishes, the panel of cell 3 streams
+    page.wait_for_selector(".we0-live .we0-head[data-status='finished']", timeout=120_000)
+    page.wait_for_selector("button.we0-abort:not([disabled])", timeout=120_000)
+    page.wait_for_function("""() => [...document.querySelectorAll('.we0-live')]
+        .some(e => e.innerText.includes('chunk40 '))""", timeout=120_000)
+    _dismiss_toasts(page)
+
+
+def test_jupyterlab_abort_resume_and_no_xss(tmp_path, artifacts):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    root = tmp_path / "root"
+    root.mkdir()
+    _notebook(root / "demo.ipynb")
+    lab = Lab(root, tmp_path / "jupyter")
+    lab.start()
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            try:
+                for attempt in range(2):  # a fresh kernel occasionally times out: retry once
+                    try:
+                        _open_and_run(page, lab, attempt)
+                        break
+                    except playwright.TimeoutError:
+                        page.screenshot(path=str(artifacts / f"browser-timeout-{attempt}.png"), full_page=True)
+                        if attempt:
+                            raise
+                cells = page.locator(".jp-Notebook .jp-CodeCell")
+                live_cell = cells.nth(1)
+                live_cell.scroll_into_view_if_needed()
+                live_cell.locator(".we0-live").screenshot(path=str(artifacts / "live-view.png"))
+                live_text = live_cell.locator(".we0-live").inner_text()
+                assert "search_docs" in live_text and "send_email" in live_text
+                assert "completed" in live_text
+                assert "Resume never runs a side effect twice." in live_text
+
+                # Abort while it streams
+                page.click("button.we0-abort")
+                page.wait_for_selector(".we0-status:has-text('aborted')", timeout=60_000)
+                page.wait_for_selector("button.we0-resume:not([disabled])", timeout=60_000)
+                page.wait_for_selector(".we0-live .we0-head[data-status='aborted']", timeout=60_000)
+                panel_cell = cells.nth(2)
+                panel_cell.scroll_into_view_if_needed()
+                panel_cell.screenshot(path=str(artifacts / "panel-aborted.png"))
+                assert page.locator("button.we0-abort[disabled]").count() == 1
+
+                # Resume: the finished transcript
+                page.click("button.we0-resume")
+                page.wait_for_selector(".we0-status:has-text('finished')", timeout=120_000)
+                page.wait_for_function("""() => [...document.querySelectorAll('.we0-live')]
+                    .some(e => e.innerText.includes('Resumed: all done.'))""", timeout=120_000)
+                page.wait_for_selector(".we0-live .we0-head[data-status='finished'] >> nth=1", timeout=60_000)
+                panel_text = panel_cell.locator(".we0-live").inner_text()
+                assert "UnfinishedAssistantMessage" in panel_text
+                assert "chunk0 chunk1" in panel_text
+                panel_cell.scroll_into_view_if_needed()
+                _dismiss_toasts(page)
+                panel_cell.locator(".jp-Cell-outputWrapper").screenshot(path=str(artifacts / "panel-finished.png"))
+
+                # XSS: model and tool text shows as text, nothing was injected
+                assert XSS in live_text and XSS in panel_text
+                assert page.evaluate("() => window.__pwned") is None
+                assert page.locator(".jp-OutputArea img[src='x']").count() == 0
+                page.screenshot(path=str(artifacts / "notebook.png"), full_page=True)
+            except Exception:
+                page.screenshot(path=str(artifacts / "browser-failure.png"), full_page=True)
+                raise
+            finally:
+                browser.close()
+    finally:
+        lab.stop()
+    img = REPO / "docs" / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(artifacts / "live-view.png", img / "live-view.png")
+    shutil.copyfile(artifacts / "panel-finished.png", img / "panel.png")

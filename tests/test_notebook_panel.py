@@ -1,0 +1,110 @@
+"""RunPanel without a kernel: background task, Abort from another thread, Resume, statuses."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from we0nb import ScriptedModel, We0Agent, text
+from we0nb.notebook import RunPanel
+
+pytest.importorskip("ipywidgets")
+
+
+class Handle:
+    def __init__(self):
+        self.bundles = []
+
+    def update(self, bundle):
+        self.bundles.append(bundle)
+
+
+def _agent(n=3000, delay=0.002):
+    return We0Agent(ScriptedModel([[text([f"w{i} " for i in range(n)])], [text("Resumed and finished.")]],
+                                  delay=delay))
+
+
+async def _until(pred, timeout=20):
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, "timed out waiting"
+        await asyncio.sleep(0.01)
+
+
+def _click_from_thread(button):
+    t = threading.Thread(target=button.click, name="subshell-fake")
+    t.start()
+    t.join()
+
+
+async def test_abort_from_another_thread_then_resume():
+    handles = []
+    agent = _agent()
+    panel = RunPanel(agent, session_id="ses_panel", display=lambda b: handles.append(Handle()) or handles[-1])
+    assert panel.status == "idle" and panel.abort_button.disabled and panel.resume_button.disabled
+    panel.start("hello")
+    assert panel.status == "running"
+    assert not panel.abort_button.disabled and panel.resume_button.disabled
+    await _until(lambda: panel.view.delta_count > 20)
+    _click_from_thread(panel.abort_button)
+    assert await asyncio.wait_for(panel.wait(), 10) is None
+    assert panel.status == "aborted"
+    assert panel.click_threads == ["subshell-fake"]
+    assert panel.last_abort_latency is not None and panel.last_abort_latency < 0.5
+    assert panel.abort_button.disabled and not panel.resume_button.disabled
+    assert "status: aborted" in panel.status_label.value
+    t = await agent.transcript("ses_panel")
+    last = t.messages[-1]
+    assert last.info.role == "assistant" and last.info.time.completed is None and last.text.startswith("w0 w1 ")
+
+    _click_from_thread(panel.resume_button)
+    await _until(lambda: panel.status != "aborted")
+    result = await asyncio.wait_for(panel.wait(), 20)
+    assert result.text == "Resumed and finished."
+    assert panel.status == "finished"
+    assert panel.resume_button.disabled and panel.abort_button.disabled
+    t = await agent.transcript("ses_panel")
+    assert t.messages[-2].info.error.reason == "UnfinishedAssistantMessage"
+    html = handles[0].bundles[-1]["text/html"]
+    assert len(handles) == 1  # one display for both runs
+    assert "Resumed and finished." in html and "w0 w1 " in html and "UnfinishedAssistantMessage" in html
+
+
+async def test_failure_shows_in_the_panel_and_wait_reraises():
+    agent = We0Agent(ScriptedModel([[text("only one step")]]))
+    panel = RunPanel(agent, display=lambda b: Handle())
+    panel.start("one")
+    assert (await panel.wait()).text == "only one step"
+    assert panel.status == "finished" and panel.session_id.startswith("ses_")
+    panel.start("two")  # the script is exhausted: the run fails
+    with pytest.raises(Exception, match="ScriptedModel was called 2 times"):
+        await panel.wait()
+    assert panel.status == "failed" and "ModelError" in panel.status_label.value
+    assert not panel.resume_button.disabled
+
+
+async def test_busy_and_needs_resume():
+    agent = _agent(n=2000, delay=0.002)
+    panel = RunPanel(agent, session_id="ses_nr", display=lambda b: Handle())
+    panel.start("x")
+    with pytest.raises(RuntimeError, match="already going on"):
+        panel.start("y")
+    await _until(lambda: panel.view.delta_count > 5)
+    panel.abort()
+    await panel.wait()
+    # a new panel on the same session sees the unfinished turn
+    other = RunPanel(agent, session_id="ses_nr", display=lambda b: Handle())
+    await _until(lambda: other.status == "needs resume")
+    assert not other.resume_button.disabled
+    other.resume()
+    assert (await other.wait()).text == "Resumed and finished."
+    assert other.status == "finished"
+
+
+def test_panel_needs_a_loop():
+    panel = RunPanel(_agent(), display=lambda b: Handle())
+    with pytest.raises(RuntimeError, match="event loop"):
+        panel.start("x")
+    with pytest.raises(TypeError):
+        RunPanel(object())

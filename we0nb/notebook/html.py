@@ -1,0 +1,475 @@
+"""HTML and plain-text renderers for every public we0nb object.
+
+Pure Python: no IPython or ipywidgets import, so the data model can call it lazily from
+its ``_repr_html_``/``_repr_mimebundle_`` hooks. Everything that comes from a model or a
+tool (text, reasoning, tool input/output/error, ids, titles) is HTML-escaped.
+
+Styles use JupyterLab's CSS variables (with fallbacks), so the light and dark themes
+both read well; the ``<style>`` block is scoped by the ``we0-`` class prefix and is
+emitted once per top-level render, so every saved output is self-contained.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html as _html
+import json
+from typing import Any, Iterable, Optional, Sequence
+
+__all__ = [
+    "esc",
+    "CSS",
+    "render_html",
+    "render_text",
+    "mimebundle",
+    "wrap",
+    "messages_html",
+    "tool_table_html",
+    "status_badge",
+]
+
+MAX_CELL = 2000          # characters of a tool input/output shown before "… more"
+PLAIN_TEXT_LIMIT = 400   # characters of a message text in the plain summary of a transcript
+
+
+def esc(value: Any) -> str:
+    """Escape anything for HTML text and attribute context (quotes included)."""
+    return _html.escape("" if value is None else str(value), quote=True)
+
+
+CSS = """
+.we0{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:var(--jp-ui-font-size1,13px);
+color:var(--jp-ui-font-color1,#212121);background:var(--jp-layout-color1,transparent);line-height:1.45;max-width:100%}
+.we0 .we0-head{display:flex;flex-wrap:wrap;gap:.6em;align-items:baseline;padding:.2em 0 .4em;
+border-bottom:1px solid var(--jp-border-color2,#e0e0e0);margin-bottom:.4em}
+.we0 .we0-title{font-weight:600}
+.we0 .we0-muted{color:var(--jp-ui-font-color2,#757575);font-size:var(--jp-ui-font-size0,11px)}
+.we0 code,.we0 .we0-mono{font-family:var(--jp-code-font-family,monospace);font-size:var(--jp-code-font-size,12px)}
+.we0 .we0-turn{border-left:3px solid var(--jp-border-color2,#e0e0e0);padding:.2em .6em;margin:.35em 0}
+.we0 .we0-user{border-left-color:var(--jp-brand-color1,#1976d2);background:var(--jp-layout-color2,rgba(127,127,127,.06))}
+.we0 .we0-assistant{border-left-color:var(--jp-success-color1,#388e3c)}
+.we0 .we0-role{font-weight:600;font-size:var(--jp-ui-font-size0,11px);text-transform:uppercase;letter-spacing:.04em;
+color:var(--jp-ui-font-color2,#616161);margin-right:.5em}
+.we0 .we0-text{white-space:pre-wrap;word-break:break-word;margin:.2em 0}
+.we0 details.we0-reasoning{margin:.2em 0;color:var(--jp-ui-font-color2,#616161)}
+.we0 details.we0-reasoning>summary{cursor:pointer;font-style:italic}
+.we0 .we0-reasoning .we0-text{border-left:2px dotted var(--jp-border-color1,#bdbdbd);padding-left:.5em}
+.we0 table.we0-tools{font-size:inherit;border-collapse:collapse;margin:.3em 0;width:100%;table-layout:auto}
+.we0 table.we0-tools th,.we0 table.we0-tools td{border:1px solid var(--jp-border-color2,#e0e0e0);padding:.15em .4em;
+text-align:left;vertical-align:top}
+.we0 table.we0-tools th{background:var(--jp-layout-color2,rgba(127,127,127,.08));font-weight:600}
+.we0 table.we0-tools td.we0-io{white-space:pre-wrap;word-break:break-word;max-width:40em}
+.we0 table.we0-kv td{padding:.05em .6em .05em 0;vertical-align:top}
+.we0 .we0-badge{display:inline-block;padding:0 .45em;border-radius:.7em;font-size:var(--jp-ui-font-size0,11px);
+font-weight:600;color:#fff;background:var(--jp-ui-font-color3,#9e9e9e);white-space:nowrap}
+.we0 .we0-s-pending{background:var(--jp-ui-font-color3,#9e9e9e)}
+.we0 .we0-s-running{background:var(--jp-brand-color1,#1976d2)}
+.we0 .we0-s-completed,.we0 .we0-s-finished,.we0 .we0-s-stop{background:var(--jp-success-color1,#388e3c)}
+.we0 .we0-s-error,.we0 .we0-s-failed{background:var(--jp-error-color1,#d32f2f)}
+.we0 .we0-s-interrupted,.we0 .we0-s-aborted,.we0 .we0-s-unfinished,.we0 .we0-s-compact{background:var(--jp-warn-color1,#f57c00)}
+.we0 .we0-s-idle{background:var(--jp-ui-font-color3,#9e9e9e)}
+.we0 .we0-err{color:var(--jp-error-color1,#d32f2f)}
+.we0 .we0-warn{color:var(--jp-warn-color1,#f57c00)}
+.we0 .we0-note{font-size:var(--jp-ui-font-size0,11px);color:var(--jp-ui-font-color2,#757575)}
+.we0 .we0-compaction{border:1px dashed var(--jp-border-color1,#bdbdbd);padding:.3em .5em;margin:.3em 0}
+.we0 .we0-cursor::after{content:"\\258D";color:var(--jp-brand-color1,#1976d2)}
+""".strip()
+
+STYLE = f"<style>{CSS}</style>"
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _ts(epoch: Optional[float]) -> str:
+    if epoch is None:
+        return ""
+    try:
+        return _dt.datetime.fromtimestamp(float(epoch), _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return str(epoch)
+
+
+def _dur(start: Optional[float], end: Optional[float]) -> str:
+    if start is None or end is None:
+        return ""
+    d = max(0.0, float(end) - float(start))
+    if d < 1:
+        return f"{d * 1000:.0f} ms"
+    if d < 120:
+        return f"{d:.2f} s"
+    return f"{d / 60:.1f} min"
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _clip_html(text: str, limit: int = MAX_CELL) -> str:
+    """Escaped text; long text shows its head and the rest in a <details>."""
+    if len(text) <= limit:
+        return esc(text)
+    return (f"{esc(text[:limit])}<details><summary class='we0-note'>… {len(text) - limit:,} more characters"
+            f"</summary>{esc(text[limit:])}</details>")
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.replace("\r", "")
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"… (+{len(text) - limit} chars)"
+
+
+def status_badge(status: str, label: Optional[str] = None) -> str:
+    return f"<span class='we0-badge we0-s-{esc(status)}'>{esc(label or status)}</span>"
+
+
+def wrap(inner: str, *, extra_class: str = "") -> str:
+    """A self-contained top-level fragment: the scoped style plus the content."""
+    cls = f"we0 {extra_class}".strip()
+    return f"{STYLE}<div class='{esc(cls)}'>{inner}</div>"
+
+
+def _kv(rows: Iterable[tuple[str, str]]) -> str:
+    body = "".join(f"<tr><td class='we0-muted'>{esc(k)}</td><td>{v}</td></tr>" for k, v in rows)
+    return f"<table class='we0-kv'>{body}</table>"
+
+
+# --------------------------------------------------------------------------- tool parts
+
+
+def _tool_status(part: Any) -> tuple[str, str]:
+    """(css status, label) of a ToolPart: interrupted errors get their own colour."""
+    st = part.state
+    status = getattr(st, "status", "pending")
+    meta = getattr(st, "metadata", None) or {}
+    if status == "error" and meta.get("interrupted"):
+        return "interrupted", f"interrupted ({meta.get('reason', '?')})"
+    return status, status
+
+
+def _tool_notes(part: Any) -> list[str]:
+    st = part.state
+    meta = getattr(st, "metadata", None) or {}
+    notes = []
+    if meta.get("recalled"):
+        notes.append("recalled")
+    if meta.get("interrupted"):
+        notes.append(f"interrupted: {meta.get('reason', '?')}")
+    return notes
+
+
+def _tool_input(part: Any) -> str:
+    st = part.state
+    raw = getattr(st, "raw", None)
+    if raw is not None:
+        return raw
+    return _json(getattr(st, "input", {}))
+
+
+def _tool_result(part: Any) -> tuple[str, bool]:
+    """(text, is_error)"""
+    st = part.state
+    if st.status == "completed":
+        return st.output, False
+    if st.status == "error":
+        return st.error, True
+    return "", False
+
+
+def tool_row_html(part: Any, recovery: Optional[str] = None) -> str:
+    status, label = _tool_status(part)
+    st = part.state
+    t = getattr(st, "time", None)
+    dur = _dur(getattr(t, "start", None), getattr(t, "end", None)) if t is not None else ""
+    out, is_err = _tool_result(part)
+    notes = _tool_notes(part)
+    if recovery and recovery not in ("interrupt",) and f"{recovery}ed" not in notes:
+        notes.append(f"recovery: {recovery}")
+    out_html = _clip_html(out)
+    if is_err:
+        out_html = f"<span class='{'we0-warn' if status == 'interrupted' else 'we0-err'}'>{out_html}</span>"
+    note_html = f"<div class='we0-note'>{esc(', '.join(notes))}</div>" if notes else ""
+    return (f"<tr data-status='{esc(status)}'><td><code>{esc(part.tool)}</code>"
+            f"<div class='we0-note we0-mono'>{esc(part.call_id)}</div></td>"
+            f"<td class='we0-io we0-mono'>{_clip_html(_tool_input(part))}</td>"
+            f"<td>{status_badge(status, label)}{note_html}</td>"
+            f"<td class='we0-muted'>{esc(dur)}</td>"
+            f"<td class='we0-io'>{out_html}</td></tr>")
+
+
+def tool_table_html(parts: Sequence[Any], recovery: Optional[dict[str, str]] = None) -> str:
+    recovery = recovery or {}
+    rows = "".join(tool_row_html(p, recovery.get(p.id)) for p in parts)
+    return ("<table class='we0-tools'><thead><tr><th>tool</th><th>input</th><th>status</th>"
+            f"<th>duration</th><th>output / error</th></tr></thead><tbody>{rows}</tbody></table>")
+
+
+# --------------------------------------------------------------------------- parts
+
+
+def part_html(part: Any, *, streaming: bool = False) -> str:
+    ptype = getattr(part, "type", None)
+    if ptype == "text":
+        cursor = " we0-cursor" if streaming else ""
+        return f"<div class='we0-text{cursor}'>{esc(part.text)}</div>"
+    if ptype == "reasoning":
+        open_attr = " open" if streaming else ""
+        return (f"<details class='we0-reasoning'{open_attr}><summary>reasoning ({len(part.text):,} chars)</summary>"
+                f"<div class='we0-text'>{esc(part.text)}</div></details>")
+    if ptype == "tool":
+        return tool_table_html([part])
+    if ptype == "step-start":
+        return f"<div class='we0-note'>step start · {esc(_ts(part.time))}</div>"
+    if ptype == "step-finish":
+        u = part.usage
+        return (f"<div class='we0-note'>step finish · reason {esc(part.reason)} · tokens in {u.input_tokens} / "
+                f"out {u.output_tokens}</div>")
+    if ptype == "compaction":
+        return (f"<div class='we0-compaction'><span class='we0-role'>summary</span>"
+                f"<div class='we0-text'>{esc(part.summary)}</div></div>")
+    return f"<div class='we0-text'>{esc(part)}</div>"
+
+
+def _parts_html(parts: Sequence[Any], *, streaming_id: Optional[str] = None,
+                recovery: Optional[dict[str, str]] = None) -> str:
+    """Parts in order; consecutive tool parts share one table; step markers are omitted."""
+    out: list[str] = []
+    tools: list[Any] = []
+
+    def flush_tools() -> None:
+        if tools:
+            out.append(tool_table_html(tools, recovery))
+            tools.clear()
+
+    for p in parts:
+        t = getattr(p, "type", None)
+        if t == "tool":
+            tools.append(p)
+            continue
+        flush_tools()
+        if t in ("step-start", "step-finish"):
+            continue
+        out.append(part_html(p, streaming=(streaming_id is not None and p.id == streaming_id)))
+    flush_tools()
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def _message_meta(info: Any) -> str:
+    bits: list[str] = []
+    if info.role == "assistant":
+        if info.model_id:
+            bits.append(f"<span class='we0-muted'>{esc(info.model_id)}</span>")
+        if info.time.completed is None:
+            bits.append(status_badge("unfinished"))
+        elif info.finish_reason:
+            bits.append(f"<span class='we0-muted'>finish: {esc(info.finish_reason)}</span>")
+        u = info.usage
+        if u.input_tokens or u.output_tokens:
+            bits.append(f"<span class='we0-muted'>tokens {u.input_tokens} in / {u.output_tokens} out</span>")
+        if getattr(info, "summary", False):
+            bits.append(status_badge("compact", "summary"))
+    bits.append(f"<span class='we0-muted'>{esc(_ts(info.time.created))}</span>")
+    return " ".join(bits)
+
+
+def _message_error(info: Any) -> str:
+    err = getattr(info, "error", None)
+    if err is None:
+        return ""
+    recovered = (err.metadata or {}).get("recovered")
+    cls = "we0-warn" if recovered else "we0-err"
+    extra = f" (recovered in {esc(err.metadata.get('mode'))} mode)" if recovered else ""
+    return f"<div class='{cls} we0-note'>{esc(err.reason)}: {esc(err.message)}{extra}</div>"
+
+
+def message_html(info: Any, parts: Sequence[Any] = (), *, streaming_id: Optional[str] = None,
+                 recovery: Optional[dict[str, str]] = None, placeholder: bool = False) -> str:
+    role = getattr(info, "role", "assistant") if info is not None else "assistant"
+    if info is None:
+        head = "<span class='we0-role'>assistant</span><span class='we0-muted'>(earlier message)</span>"
+        err = ""
+    else:
+        head = f"<span class='we0-role'>{esc(role)}</span>{_message_meta(info)}"
+        err = _message_error(info)
+    mid = f" data-message-id='{esc(info.id)}'" if info is not None else ""
+    return (f"<div class='we0-turn we0-{esc(role)}'{mid}><div>{head}</div>"
+            f"{_parts_html(parts, streaming_id=streaming_id, recovery=recovery)}{err}</div>")
+
+
+def messages_html(messages: Sequence[Any], **kw: Any) -> str:
+    return "".join(message_html(m.info, m.parts, **kw) for m in messages)
+
+
+def _session_head(session: Any, n_messages: Optional[int] = None) -> str:
+    title = f"<span class='we0-title'>{esc(session.title)}</span>" if session.title else ""
+    count = f"<span class='we0-muted'>{n_messages} messages</span>" if n_messages is not None else ""
+    revert = (f"<span class='we0-warn we0-note'>reverted at {esc(session.revert.message_id)}</span>"
+              if session.revert is not None else "")
+    return (f"<div class='we0-head'><span class='we0-role'>session</span><code>{esc(session.id)}</code>{title}"
+            f"{count}<span class='we0-muted'>updated {esc(_ts(session.time.updated))}</span>{revert}</div>")
+
+
+# --------------------------------------------------------------------------- top-level HTML
+
+
+def _fragment(obj: Any) -> str:
+    from ..messages import (  # local import: the data model imports us lazily too
+        AssistantMessage,
+        MessageWithParts,
+        Session,
+        Transcript,
+        UserMessage,
+    )
+
+    if isinstance(obj, Transcript):
+        if obj.session is None:
+            return "<div class='we0-muted'>Transcript: no such session (nothing persisted).</div>"
+        body = messages_html(obj.messages) or "<div class='we0-muted'>(no messages)</div>"
+        return _session_head(obj.session, len(obj.messages)) + body
+    if isinstance(obj, MessageWithParts):
+        return message_html(obj.info, obj.parts)
+    if isinstance(obj, Session):
+        return _session_head(obj) + _kv([("created", esc(_ts(obj.time.created)))])
+    if isinstance(obj, (UserMessage, AssistantMessage)):
+        rows = [("id", f"<code>{esc(obj.id)}</code>"), ("session", f"<code>{esc(obj.session_id)}</code>"),
+                ("created", esc(_ts(obj.time.created)))]
+        if isinstance(obj, AssistantMessage):
+            rows += [("completed", esc(_ts(obj.time.completed)) or status_badge("unfinished")),
+                     ("model", esc(obj.model_id)), ("finish", esc(obj.finish_reason)),
+                     ("tokens", esc(f"{obj.usage.input_tokens} in / {obj.usage.output_tokens} out"))]
+        return (f"<div><span class='we0-role'>{esc(obj.role)} message</span></div>" + _kv(rows)
+                + _message_error(obj))
+    if getattr(obj, "type", None) in ("text", "reasoning", "tool", "step-start", "step-finish", "compaction"):
+        return part_html(obj)
+    cls = type(obj).__name__
+    if cls == "RunResult":
+        u = obj.usage
+        rows = [("result", status_badge("finished" if obj.result == "stop" else "compact", obj.result)),
+                ("session", f"<code>{esc(obj.session_id)}</code>"), ("steps", esc(obj.steps)),
+                ("tokens", esc(f"{u.input_tokens} in / {u.output_tokens} out"))]
+        if obj.output is not None:
+            rows.append(("output", f"<span class='we0-mono'>{_clip_html(_json(_dump(obj.output)))}</span>"))
+        text = f"<div class='we0-text'>{esc(obj.text)}</div>" if obj.text else ""
+        return f"<div><span class='we0-role'>run result</span></div>{_kv(rows)}{text}"
+    if cls == "RunRequest":
+        rows = [("mode", esc(obj.mode)), ("session", f"<code>{esc(obj.session_id)}</code>"
+                                          + (" <span class='we0-muted'>(new)</span>" if obj.new_session else "")),
+                ("run", f"<code>{esc(obj.run_id)}</code>"),
+                ("abort", "set" if obj.abort.is_set() else "not set")]
+        msgs = "".join(f"<div class='we0-turn we0-user'><span class='we0-role'>user</span>"
+                       f"<div class='we0-text'>{esc(m.text)}</div></div>" for m in (obj.messages or ()))
+        return f"<div><span class='we0-role'>run request</span></div>{_kv(rows)}{msgs}"
+    return f"<div class='we0-text'>{esc(repr(obj))}</div>"
+
+
+def _dump(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return dump(mode="json")
+        except Exception:  # pragma: no cover - exotic objects fall back to str
+            return str(value)
+    return value
+
+
+def render_html(obj: Any) -> str:
+    """The full, self-contained HTML of a public object (style included)."""
+    return wrap(_fragment(obj))
+
+
+# --------------------------------------------------------------------------- plain text
+
+
+def _tool_line(part: Any) -> str:
+    status, label = _tool_status(part)
+    out, is_err = _tool_result(part)
+    # no duration here: the plain text stays deterministic (nbval compares it)
+    tail = f" -> {_clip(out, 120)!r}" if out else ""
+    extra = " [recalled]" if (getattr(part.state, "metadata", None) or {}).get("recalled") else ""
+    return f"tool {part.tool}({_clip(_tool_input(part), 120)}) {label}{extra}{tail}"
+
+
+def _part_line(part: Any, limit: Optional[int] = PLAIN_TEXT_LIMIT) -> Optional[str]:
+    t = getattr(part, "type", None)
+    if t == "text":
+        return part.text if limit is None else _clip(part.text, limit)
+    if t == "reasoning":
+        return f"(reasoning, {len(part.text)} chars)"
+    if t == "tool":
+        return _tool_line(part)
+    if t == "compaction":
+        return f"(summary) {_clip(part.summary, PLAIN_TEXT_LIMIT)}"
+    return None
+
+
+def message_text(info: Any, parts: Sequence[Any], limit: Optional[int] = PLAIN_TEXT_LIMIT) -> str:
+    role = getattr(info, "role", "assistant") if info is not None else "assistant"
+    head = f"[{role}]"
+    if info is not None and role == "assistant":
+        if info.time.completed is None:
+            head += " (unfinished)"
+        if info.error is not None:
+            head += f" ({info.error.reason})"
+    lines = [_part_line(p, limit) for p in parts]
+    body = [line for line in lines if line is not None]
+    if not body:
+        return head
+    first, rest = body[0], body[1:]
+    return "\n".join([f"{head} {first}"] + [f"  {line}" for line in rest])
+
+
+def render_text(obj: Any) -> str:
+    """A readable plain-text summary (what nbval compares, and what a terminal shows)."""
+    from ..messages import AssistantMessage, MessageWithParts, Session, Transcript, UserMessage
+
+    if isinstance(obj, Transcript):
+        if obj.session is None:
+            return "Transcript(no session)"
+        s = obj.session
+        title = f" {s.title!r}" if s.title else ""
+        lines = [f"Transcript {s.id}{title}: {len(obj.messages)} messages"]
+        lines += [message_text(m.info, m.parts) for m in obj.messages]
+        return "\n".join(lines)
+    if isinstance(obj, MessageWithParts):
+        return message_text(obj.info, obj.parts)
+    if isinstance(obj, Session):
+        title = f" {obj.title!r}" if obj.title else ""
+        return f"Session {obj.id}{title}" + (" (reverted)" if obj.revert is not None else "")
+    if isinstance(obj, UserMessage):
+        return f"UserMessage {obj.id}"
+    if isinstance(obj, AssistantMessage):
+        state = "unfinished" if obj.time.completed is None else f"finish={obj.finish_reason}"
+        err = f", error={obj.error.reason}" if obj.error is not None else ""
+        return f"AssistantMessage {obj.id} ({state}{err})"
+    t = getattr(obj, "type", None)
+    if t == "text":
+        return f"TextPart: {_clip(obj.text, PLAIN_TEXT_LIMIT)}"
+    if t == "reasoning":
+        return f"ReasoningPart: {_clip(obj.text, PLAIN_TEXT_LIMIT)}"
+    if t == "tool":
+        return "ToolPart: " + _tool_line(obj)
+    if t == "step-start":
+        return "StepStartPart"
+    if t == "step-finish":
+        return f"StepFinishPart(reason={obj.reason})"
+    if t == "compaction":
+        return f"CompactionPart: {_clip(obj.summary, PLAIN_TEXT_LIMIT)}"
+    cls = type(obj).__name__
+    if cls == "RunResult":
+        out = f", output={_clip(_json(_dump(obj.output)), 200)}" if obj.output is not None else ""
+        return f"RunResult(result={obj.result!r}, steps={obj.steps}{out}): {_clip(obj.text, PLAIN_TEXT_LIMIT)}"
+    if cls == "RunRequest":
+        n = len(obj.messages or ())
+        return f"RunRequest(mode={obj.mode!r}, session_id={obj.session_id!r}, messages={n})"
+    return repr(obj)
+
+
+def mimebundle(obj: Any) -> dict[str, str]:
+    return {"text/html": render_html(obj), "text/plain": render_text(obj)}

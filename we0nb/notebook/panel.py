@@ -1,0 +1,266 @@
+"""RunPanel: Abort / Resume buttons, a status line and the live view of a session's runs.
+
+The run goes on as a **background task on the kernel's event loop**, so the cell returns
+at once and a click is handled while the run streams; ``await panel.wait()`` joins it.
+Clicks may arrive on another thread (JupyterLab 4.6 sends widget messages to a kernel
+subshell; ipykernel 7.0–7.3 runs the handler on a ``subshell-…`` thread), so Abort sets
+a ``threading.Event`` flag and wakes the loop with ``loop.call_soon_threadsafe``, and
+Resume is scheduled onto the loop the same way — nothing awaits in a handler.
+
+Content goes through one display handle (the live view, displayed below the widgets),
+not an ``Output`` widget: updates from a task or a click keep reaching the cell that
+displayed the panel, and the saved notebook shows the final transcript without a kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from .live import LiveView, _in_kernel, ipython_display
+
+__all__ = ["RunPanel", "STATUSES"]
+
+STATUSES = ("idle", "running", "aborted", "needs resume", "finished", "failed")
+
+
+class RunPanel:
+    """A run panel bound to ``agent`` and one session.
+
+    ``start(text)`` sends a user message (prompt mode), ``resume()`` (or the Resume button)
+    continues the session in resume mode, the Abort button sets the run's abort event.
+    ``status`` is one of :data:`STATUSES`; ``result`` is the last RunResult (None when the
+    last run was aborted or failed), ``exception`` the last failure.
+    """
+
+    def __init__(self, agent: Any, session_id: Optional[str] = None, *, interval: float = 0.05,
+                 title: Optional[str] = None, display: Optional[Callable[[dict], Any]] = None,
+                 check: bool = True):
+        import ipywidgets as W
+
+        if not (hasattr(agent, "stream_request") and hasattr(agent, "build_request")):
+            raise TypeError(f"RunPanel(agent): expected a We0Agent, got {type(agent).__name__}.")
+        if agent.output_type is not None:
+            raise ValueError("RunPanel streams the run, which an agent with output_type cannot do; "
+                             "use `await agent.invoke(...)` for structured output.")
+        self.agent = agent
+        self.session_id = session_id
+        self.status = "idle"
+        self.detail = ""
+        self.result: Any = None
+        self.exception: Optional[BaseException] = None
+        self.view = LiveView(interval=interval, display=display or ipython_display(), title=title)
+        self.abort_button = W.Button(description="Abort", icon="stop", button_style="danger",
+                                     tooltip="Stop the run; everything so far is persisted", disabled=True)
+        self.resume_button = W.Button(description="Resume", icon="play", button_style="success",
+                                      tooltip="Continue the session in resume mode", disabled=True)
+        self.status_label = W.Label(value="status: idle")
+        self.abort_button.add_class("we0-abort")
+        self.resume_button.add_class("we0-resume")
+        self.status_label.add_class("we0-status")
+        self.widget = W.HBox([self.abort_button, self.resume_button, self.status_label])
+        self.widget.add_class("we0-panel")
+        self.abort_button.on_click(self._on_abort_click)
+        self.resume_button.on_click(self._on_resume_click)
+
+        self._task: Optional[asyncio.Task] = None
+        self._abort_event: Optional[asyncio.Event] = None
+        self._abort_flag = threading.Event()
+        self._displayed = False
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._loop_thread: Optional[int] = None
+        #: monotonic time of the last Abort click, of the last run's end, and their difference
+        self.abort_clicked_at: Optional[float] = None
+        self.ended_at: Optional[float] = None
+        self.last_abort_latency: Optional[float] = None
+        #: names of the threads click handlers ran on (a subshell shows up here)
+        self.click_threads: list[str] = []
+        try:
+            self._bind_loop(asyncio.get_running_loop())
+        except RuntimeError:
+            pass
+        if check and session_id is not None and self._loop is not None:
+            self._check_task = self._loop.create_task(self.check())
+            self._check_task.add_done_callback(self._checked)
+
+    def _checked(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None and self.status == "idle":
+            exc = task.exception()
+            self._set_status("idle", f"could not read the session: {type(exc).__name__}: {exc}"[:300])
+
+    # ------------------------------------------------------------------ display
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+        handle = self.view.handle
+        if handle is None:
+            self.view.open()
+        elif getattr(handle, "display_id", None):
+            display(self.view.bundle(final=self.status != "running"), raw=True, display_id=handle.display_id)
+        self._displayed = True
+
+    def _display_once(self) -> None:
+        if not self._displayed and _in_kernel():
+            self._ipython_display_()
+        self._displayed = True
+
+    # ------------------------------------------------------------------ status
+
+    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+
+    def _on_loop_thread(self) -> bool:
+        return self._loop_thread is None or threading.get_ident() == self._loop_thread
+
+    def _set_status(self, status: str, detail: str = "") -> None:
+        self.status = status
+        self.detail = detail
+        running = status == "running"
+        self.abort_button.disabled = not running
+        self.resume_button.disabled = running or self.session_id is None or status not in (
+            "aborted", "needs resume", "failed")
+        label = f"status: {status}"
+        if self.session_id:
+            label += f" · session {self.session_id}"
+        if detail:
+            label += f" · {detail}"
+        self.status_label.value = label
+
+    async def check(self) -> str:
+        """Look at the persisted session: 'needs resume' when its last turn is unfinished."""
+        if self.session_id is None or self.status == "running":
+            return self.status
+        t = await self.agent.transcript(self.session_id)
+        if t.session is None or not t.messages or self.status == "running":
+            return self.status
+        last = t.messages[-1]
+        unfinished = last.info.role == "user" or last.info.time.completed is None or any(
+            p.state.status in ("pending", "running") for p in last.tool_parts)
+        if unfinished and self.status == "idle":
+            self._set_status("needs resume", "the last turn did not finish")
+        return self.status
+
+    # ------------------------------------------------------------------ runs
+
+    def start(self, text: str) -> None:
+        """Send ``text`` as a user message and run in the background (prompt mode)."""
+        from ..engine.request import user_message
+
+        self._launch("prompt", [user_message(text)])
+
+    def resume(self) -> None:
+        """Continue the session in resume mode, in the background."""
+        if self.session_id is None:
+            raise ValueError("RunPanel.resume(): this panel has no session yet; start() a run first "
+                             "or create the panel with session_id=.")
+        self._launch("resume", None)
+
+    def _launch(self, mode: str, messages: Any) -> None:
+        if self._task is not None and not self._task.done():
+            raise RuntimeError("A run is already going on in this panel; Abort it or `await panel.wait()` first.")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "RunPanel runs in the background on the running event loop: call it from a notebook cell "
+                "(the kernel's loop) or from async code. In a script use `await agent.invoke(...)`."
+            ) from None
+        self._bind_loop(loop)
+        abort = asyncio.Event()
+        request = self.agent.build_request(abort=abort, mode=mode, session_id=self.session_id, messages=messages)
+        self.session_id = request.session_id
+        self._abort_event = abort
+        self._abort_flag.clear()
+        self.abort_clicked_at = None
+        self.last_abort_latency = None
+        self.result = None
+        self.exception = None
+        self._display_once()
+        self.view.start(note=f"{mode} run")
+        self._set_status("running")
+        self._task = loop.create_task(self._run(request))
+        self._task.add_done_callback(self._done)
+
+    async def _run(self, request: Any) -> Any:
+        try:
+            result = await self.view.consume(self.agent.stream_request(request))
+        finally:
+            self.ended_at = time.monotonic()
+            if self.abort_clicked_at is not None:
+                self.last_abort_latency = self.ended_at - self.abort_clicked_at
+        self.result = result
+        if result is None:
+            self._set_status("aborted", "everything so far is persisted; Resume continues")
+        else:
+            self._set_status("finished", f"{result.steps} step(s)")
+        return result
+
+    def _done(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            if self.view.status == "running":
+                self.view.close("aborted")
+            self._set_status("aborted", "cancelled")
+            return
+        exc = task.exception()
+        if exc is not None:
+            self.exception = exc
+            if self.view.status == "running":
+                self.view.close("failed", exc)
+            self._set_status("failed", f"{type(exc).__name__}: {exc}"[:300])
+
+    async def wait(self) -> Any:
+        """Join the run going on (if any); the RunResult, None when aborted; re-raises a failure."""
+        while self._task is not None and not self._task.done():
+            await asyncio.wait([self._task])
+        if self.exception is not None:
+            raise self.exception
+        return self.result
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    # ------------------------------------------------------------------ abort / resume (any thread)
+
+    def abort(self) -> None:
+        """Abort the run going on; safe from any thread (a click on a kernel subshell)."""
+        ev, loop = self._abort_event, self._loop
+        if ev is None or loop is None or not self.running or self._abort_flag.is_set():
+            return
+        self.abort_clicked_at = time.monotonic()
+        self._abort_flag.set()
+        if self._on_loop_thread():
+            ev.set()
+            self.abort_button.disabled = True
+        else:
+            loop.call_soon_threadsafe(ev.set)
+            loop.call_soon_threadsafe(setattr, self.abort_button, "disabled", True)
+
+    def _on_abort_click(self, _button: Any = None) -> None:
+        self.click_threads.append(threading.current_thread().name)
+        self.abort()
+
+    def _on_resume_click(self, _button: Any = None) -> None:
+        self.click_threads.append(threading.current_thread().name)
+        loop = self._loop
+        if loop is None:
+            self._set_status(self.status, "no event loop to run on; call panel.resume() in a cell")
+            return
+        if self._on_loop_thread():
+            self._resume_safely()
+        else:
+            loop.call_soon_threadsafe(self._resume_safely)
+
+    def _resume_safely(self) -> None:
+        try:
+            self.resume()
+        except Exception as exc:  # shown in the panel: a click has nowhere else to raise
+            self._set_status(self.status, f"cannot resume: {exc}")
+
+    def __repr__(self) -> str:
+        return f"RunPanel(session_id={self.session_id!r}, status={self.status!r})"
