@@ -217,6 +217,11 @@ class RunPanel:
         """Join the run going on (if any); the RunResult, None when aborted; re-raises a failure."""
         while self._task is not None and not self._task.done():
             await asyncio.wait([self._task])
+        # Re-send the final render from the awaiting cell: nbclient/nbconvert/nbval drop display
+        # updates sent by a background task after its cell ended, so a saved notebook would
+        # otherwise keep the starting state of the view.
+        if self.view.handle is not None and self.view.status != "running":
+            self.view.handle.update(self.view.bundle(final=True))
         if self.exception is not None:
             raise self.exception
         return self.result
