@@ -66,6 +66,17 @@ class Persistence(abc.ABC):
         for p in parts:
             await self.upsert_part(p)
 
+    async def upsert_batch(self, message: Optional[MessageInfo], parts: Sequence[Part]) -> None:
+        """Write a message and parts together — one transaction where the backend has them.
+
+        The loop uses it where several writes belong to one durability point (a step's
+        start, a step's end), so a crash keeps all of them or none.
+        """
+        if message is not None:
+            await self.upsert_message(message)
+        for p in parts:
+            await self.upsert_part(p)
+
     @abc.abstractmethod
     async def load_transcript(self, session_id: str) -> Transcript:
         """Messages in creation order, each with its parts in creation order."""

@@ -62,7 +62,7 @@ messages = Table(
     Column("summary", Boolean, nullable=False, default=False),
     Column("data", Text, nullable=False),
     Index("ix_we0_messages_session", "session_id", "id"),
-    Index("ix_we0_messages_created", "created"),
+    sqlite_with_rowid=False,
 )
 
 parts = Table(
@@ -82,8 +82,8 @@ parts = Table(
     Column("recalled", Boolean, nullable=False, default=False),
     Column("data", Text, nullable=False),
     Index("ix_we0_parts_session", "session_id", "message_id", "id"),
-    Index("ix_we0_parts_message", "message_id"),
     Index("ix_we0_parts_tool", "type", "tool", "status"),
+    sqlite_with_rowid=False,
 )
 
 leases = Table(

@@ -1,0 +1,220 @@
+"""A process that runs one we0nb turn on a SqlPersistence and can stop dead at a durability point.
+
+Used by ``test_crash_matrix.py``: the test starts this script, waits for the line
+``POINT <name>`` (printed once the run has reached that point, after its writes are
+committed), kills the process with SIGKILL, and starts it again with ``--mode resume``.
+
+The turn: step 1 calls ``act(n=1)``, step 2 calls ``act(n=2)``, step 3 answers "All done.".
+The model decides from the history it is sent (how many ``act`` calls it has seen), so
+the same model works for the first run and for any resume. ``act`` appends one line per
+execution of its body to an append-only log (``--log``): that file is the ground truth of
+which side effects happened.
+
+Kill points (``--kill-at``):
+  mid_stream       inside step 1's text stream (the text so far is committed: flush_interval=0)
+  before_body      act(n=1) is committed as running; its body has not started
+  inside_tool      act(n=1)'s body has appended its log line and is still running
+  after_completion act(n=1) is committed as completed
+  between_steps    step 1's assistant message is committed as completed; step 2 not started
+  none             run to the end
+
+Output lines: ``POINT <name>``, ``BUSY <owner>`` (exit code 3), ``RESULT <json>``.
+
+Run directly (``python tests/crash_worker.py --url … --mode prompt …``), or as a zygote
+(``--zygote``) that forks one worker per request — what the tests do, to save a second of
+interpreter start-up per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import Any, AsyncIterator
+
+from we0nb import AssistantMessage, SessionBusyError, SqlPersistence, ToolPart, We0Agent, tool, user_message
+from we0nb.models.base import AssistantTurn, FinishEvent, Model, ModelRequest, TextDelta, ToolCallEvent
+
+POINTS = ("mid_stream", "before_body", "inside_tool", "after_completion", "between_steps", "none")
+
+
+async def hang(point: str) -> None:
+    """Announce the point, then wait forever (the test kills us here)."""
+    print(f"POINT {point}", flush=True)
+    await asyncio.Event().wait()
+
+
+class Worker:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.kill_at = args.kill_at
+        self.fired = False
+
+    def arm(self, point: str) -> bool:
+        if self.kill_at == point and not self.fired:
+            self.fired = True
+            return True
+        return False
+
+
+def make_model(w: Worker) -> Model:
+    class PlanModel(Model):
+        model_id = "crash-plan"
+        context_window = None
+
+        async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:  # type: ignore[override]
+            seen = sum(1 for m in request.messages if isinstance(m, AssistantTurn)
+                       for c in m.tool_calls if c.name == "act")
+            if seen >= 2:
+                for d in ("All ", "done."):
+                    yield TextDelta(d)
+                yield FinishEvent("stop")
+                return
+            n = seen + 1
+            yield TextDelta("Working ")
+            yield TextDelta("on ")
+            if w.arm("mid_stream"):
+                await hang("mid_stream")
+            yield TextDelta(f"step {n}.")
+            yield ToolCallEvent(f"call_act_{n}_{os.getpid()}", "act", {"n": n})
+            yield FinishEvent("tool-calls")
+
+    return PlanModel()
+
+
+def make_persistence(w: Worker) -> SqlPersistence:
+    class KillablePersistence(SqlPersistence):
+        # the points are announced right after the commit that makes them durable, whichever
+        # write method the loop used for it
+        async def _after_part(self, part: Any) -> None:
+            if isinstance(part, ToolPart) and part.state.input.get("n") == 1:
+                if part.state.status == "running" and w.arm("before_body"):
+                    await hang("before_body")
+                if part.state.status == "completed" and w.arm("after_completion"):
+                    await hang("after_completion")
+
+        async def _after_message(self, message: Any) -> None:
+            if isinstance(message, AssistantMessage) and message.time.completed is not None and w.arm("between_steps"):
+                await hang("between_steps")
+
+        async def upsert_part(self, part: Any) -> None:
+            await super().upsert_part(part)
+            await self._after_part(part)
+
+        async def upsert_message(self, message: Any) -> None:
+            await super().upsert_message(message)
+            await self._after_message(message)
+
+        async def upsert_batch(self, message: Any, parts: Any) -> None:
+            await super().upsert_batch(message, parts)
+            for part in parts:
+                await self._after_part(part)
+            if message is not None:
+                await self._after_message(message)
+
+    kw: dict[str, Any] = {"lease_ttl": w.args.lease_ttl}
+    if w.args.schema:
+        kw["schema"] = w.args.schema
+    return KillablePersistence(w.args.url, **kw)
+
+
+def make_tool(w: Worker):
+    @tool(side_effects=w.args.policy == "effects")
+    async def act(n: int) -> str:
+        """Do step n (appends to the side-effect log)."""
+        with open(w.args.log, "a") as f:
+            f.write(json.dumps({"n": n, "pid": os.getpid(), "mode": w.args.mode}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if n == 1 and w.arm("inside_tool"):
+            await hang("inside_tool")
+        return f"did {n}"
+
+    return act
+
+
+async def main(args: argparse.Namespace) -> int:
+    w = Worker(args)
+    agent = We0Agent(make_model(w), tools=[make_tool(w)], persistence=make_persistence(w), flush_interval=0.0)
+    try:
+        if args.mode == "prompt":
+            result = await agent.invoke(mode="prompt", session_id=args.session,
+                                        messages=[user_message("Please do both steps.")])
+        else:
+            result = await agent.invoke(mode="resume", session_id=args.session)
+    except SessionBusyError as e:
+        print(f"BUSY {e.owner}", flush=True)
+        return 3
+    print("RESULT " + json.dumps({"result": result.result, "text": result.text, "steps": result.steps,
+                                  "pid": os.getpid()}), flush=True)
+    await agent.persistence.close()
+    return 0
+
+
+def zygote() -> int:
+    """Serve ``spawn``/``wait`` requests (JSON lines on stdin): fork a worker per request.
+
+    Forking from a process that has already imported everything makes a worker start in
+    milliseconds instead of a second; each worker is still its own process (own PID, own
+    database connections, killed with SIGKILL). Replies are JSON lines on stdout.
+    """
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req["op"] == "spawn":
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:  # the worker
+                code = 1
+                try:
+                    out = os.open(req["out"], os.O_WRONLY)
+                    err = os.open(req["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    os.dup2(out, 1)
+                    os.dup2(err, 2)
+                    os.close(out)
+                    os.close(err)
+                    sys.stdin.close()
+                    os.close(0)
+                    sys.stdout = open(1, "w", buffering=1, closefd=False)
+                    sys.stderr = open(2, "w", buffering=1, closefd=False)
+                    code = asyncio.run(main(parser().parse_args(req["argv"])))
+                except SystemExit as e:
+                    code = e.code if isinstance(e.code, int) else 1
+                except BaseException:
+                    import traceback
+
+                    traceback.print_exc()
+                finally:
+                    try:
+                        sys.stdout.flush()
+                        sys.stderr.flush()
+                    finally:
+                        os._exit(code)
+            reply = {"pid": pid}
+        elif req["op"] == "wait":
+            _, status = os.waitpid(req["pid"], 0)
+            reply = {"status": os.waitstatus_to_exitcode(status)}
+        else:
+            reply = {"error": f"unknown op {req['op']!r}"}
+        print(json.dumps(reply), flush=True)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--schema", default=None)
+    ap.add_argument("--session", required=True)
+    ap.add_argument("--mode", choices=("prompt", "resume"), required=True)
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--policy", choices=("effects", "pure"), required=True)
+    ap.add_argument("--kill-at", choices=POINTS, default="none")
+    ap.add_argument("--lease-ttl", type=float, default=600.0)
+    return ap
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--zygote"]:
+        sys.exit(zygote())
+    sys.exit(asyncio.run(main(parser().parse_args())))

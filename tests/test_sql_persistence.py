@@ -1,0 +1,648 @@
+"""SqlPersistence: port conformance (same tests as MemoryPersistence), SQL specifics, clear errors.
+
+Backends: memory (the reference), SQLite inline (default), SQLite through aiosqlite
+(``inline_sqlite=False``), SQLite through an AsyncEngine passed in, PostgreSQL (psycopg 3,
+``WE0NB_TEST_POSTGRES_URL``, a throw-away schema per test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+from sqlalchemy import text as sql_text
+
+from sql_support import PG_SKIP_REASON, PG_URL, create_schema, drop_schema, pg_execute, pg_schema  # noqa: F401
+from we0nb import (
+    AssistantMessage,
+    CompactionPart,
+    CorruptRecordError,
+    MemoryPersistence,
+    PersistenceError,
+    ReasoningPart,
+    SchemaVersionError,
+    ScriptedModel,
+    Session,
+    SessionBusyError,
+    SqlPersistence,
+    StepFinishPart,
+    StepStartPart,
+    TextPart,
+    ToolPart,
+    ToolStateCompleted,
+    ToolStateError,
+    ToolStatePending,
+    ToolStateRunning,
+    Usage,
+    UserMessage,
+    We0Agent,
+    text,
+    tool,
+    tool_call,
+    user_message,
+)
+from we0nb._ids import new_id
+from we0nb.messages import MessageError, MessageTime, PartTime, SessionRevert, SessionTime, ToolTime
+
+
+# --------------------------------------------------------------------------- backends
+
+
+class Backend:
+    """Makes persistences on one database; ``fresh()`` is a new instance on the same data."""
+
+    def __init__(self, name: str, make: Callable[[], Any], raw: Optional[Callable[[str], list]] = None):
+        self.name = name
+        self._make = make
+        self.raw = raw  # run one SQL statement directly on the database
+        self.made: list[Any] = []
+        self._mem: Optional[MemoryPersistence] = None
+
+    def fresh(self) -> Any:
+        if self.name == "memory":  # memory has no second instance on the same data
+            if self._mem is None:
+                self._mem = MemoryPersistence()
+            return self._mem
+        p = self._make()
+        self.made.append(p)
+        return p
+
+
+BACKENDS = [
+    "memory",
+    "sqlite",
+    "sqlite-aiosqlite",
+    "sqlite-engine",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+
+
+def _sqlite_raw(path: Path) -> Callable[[str], list]:
+    def raw(sql: str) -> list:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            return conn.execute(sql).fetchall()
+        finally:
+            conn.close()
+
+    return raw
+
+
+def _backend(name: str, tmp_path: Path) -> Iterator[Backend]:
+    db = tmp_path / "we0.db"
+    schema = None
+    if name == "memory":
+        b = Backend(name, MemoryPersistence)
+    elif name == "sqlite":
+        b = Backend(name, lambda: SqlPersistence(f"sqlite:///{db}"), _sqlite_raw(db))
+    elif name == "sqlite-aiosqlite":
+        b = Backend(name, lambda: SqlPersistence(f"sqlite+aiosqlite:///{db}", inline_sqlite=False), _sqlite_raw(db))
+    elif name == "sqlite-engine":
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        b = Backend(name, lambda: SqlPersistence(create_async_engine(f"sqlite+aiosqlite:///{db}")), _sqlite_raw(db))
+    else:
+        if PG_URL is None:
+            pytest.skip(PG_SKIP_REASON)
+        schema = create_schema()
+        b = Backend(name, lambda: SqlPersistence(PG_URL, schema=schema), lambda sql: pg_execute(schema, sql))
+    try:
+        yield b
+    finally:
+        for p in b.made:
+            try:
+                asyncio.run(p.close())
+            except Exception:
+                pass
+        if schema is not None:
+            drop_schema(schema)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    yield from _backend(request.param, tmp_path)
+
+
+# --------------------------------------------------------------------------- fixtures of data
+
+
+def _session(sid: str, title: str = "t") -> Session:
+    return Session(id=sid, title=title, time=SessionTime(created=1.5, updated=2.25))
+
+
+def _history(sid: str) -> tuple[list[Any], list[Any]]:
+    """A user message and an assistant message with one part of every kind and tool state."""
+    u = UserMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=10.0))
+    a = AssistantMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=11.0, completed=19.0),
+                         parent_id=u.id, model_id="m-1", finish_reason="tool-calls",
+                         usage=Usage(input_tokens=10, output_tokens=5, reasoning_tokens=2, cached_tokens=1),
+                         error=MessageError(reason="R", message="why", metadata={"k": [1, 2]}))
+    mk = dict(session_id=sid, message_id=a.id)
+    parts = [
+        TextPart(id=new_id("prt"), session_id=sid, message_id=u.id, text="hi ünïcode ✓", time=PartTime(start=10.0, end=10.0)),
+        StepStartPart(id=new_id("prt"), time=11.0, **mk),
+        ReasoningPart(id=new_id("prt"), text="hmm", time=PartTime(start=11.1), **mk),
+        TextPart(id=new_id("prt"), text="let me look", time=PartTime(start=11.2, end=11.3), **mk),
+        ToolPart(id=new_id("prt"), call_id="c1", tool="read", state=ToolStatePending(input={"p": "x"}), **mk),
+        ToolPart(id=new_id("prt"), call_id="c2", tool="read", state=ToolStateRunning(input={"p": "y"}, time=ToolTime(start=12.0)), **mk),
+        ToolPart(id=new_id("prt"), call_id="c3", tool="read",
+                 state=ToolStateCompleted(input={"p": "z"}, output="Z", metadata={"recalled": True},
+                                          time=ToolTime(start=12.0, end=12.5)), **mk),
+        ToolPart(id=new_id("prt"), call_id="c4", tool="write",
+                 state=ToolStateError(input={"p": "w"}, error="stopped", metadata={"interrupted": True, "reason": "resume"},
+                                      time=ToolTime(start=13.0, end=13.5)), **mk),
+        ToolPart(id=new_id("prt"), call_id="c5", tool="x", state=ToolStatePending(input={}, raw="{not json"), **mk),
+        StepFinishPart(id=new_id("prt"), reason="tool-calls", usage=Usage(input_tokens=10), time=19.0, **mk),
+        CompactionPart(id=new_id("prt"), summary="so far", time=19.5, **mk),
+    ]
+    return [u, a], parts
+
+
+async def _write(p: Any, sid: str) -> tuple[list[Any], list[Any]]:
+    await p.upsert_session(_session(sid))
+    msgs, parts = _history(sid)
+    for m in msgs:
+        await p.upsert_message(m)
+    await p.upsert_part(parts[0])
+    await p.upsert_parts(parts[1:])
+    return msgs, parts
+
+
+def _dump(tr: Any) -> Any:
+    return tr.model_dump(mode="json")
+
+
+# --------------------------------------------------------------------------- port conformance
+
+
+async def test_sessions_round_trip(backend: Backend) -> None:
+    p = backend.fresh()
+    assert await p.get_session("ses_missing") is None
+    s1, s2 = _session(new_id("ses"), "first"), _session(new_id("ses"), "second")
+    await p.upsert_session(s2)
+    await p.upsert_session(s1)
+    s1b = s1.model_copy(update={"title": "renamed", "revert": SessionRevert(message_id="msg_x", time=3.0)})
+    await p.upsert_session(s1b)
+    q = backend.fresh()
+    assert await q.get_session(s1.id) == s1b
+    assert [s.id for s in await q.list_sessions()] == sorted([s1.id, s2.id])
+
+
+async def test_transcript_round_trips_exactly_in_creation_order(backend: Backend) -> None:
+    p = backend.fresh()
+    sid = new_id("ses")
+    msgs, parts = await _write(p, sid)
+    tr = await backend.fresh().load_transcript(sid)
+    assert tr.session == _session(sid)
+    assert [m.info for m in tr.messages] == msgs
+    assert tr.messages[0].parts == parts[:1]
+    assert tr.messages[1].parts == parts[1:]
+    for m in tr.messages:
+        for part in m.parts:
+            assert type(part).model_validate_json(part.model_dump_json()) == part
+
+
+async def test_upsert_replaces_the_row(backend: Backend) -> None:
+    p = backend.fresh()
+    sid = new_id("ses")
+    msgs, parts = await _write(p, sid)
+    tp = parts[4]
+    for state in (ToolStateRunning(input={"p": "x"}, time=ToolTime(start=20.0)),
+                  ToolStateCompleted(input={"p": "x"}, output="done", time=ToolTime(start=20.0, end=21.0))):
+        tp = tp.model_copy(update={"state": state})
+        await p.upsert_part(tp)
+    a = msgs[1].model_copy(update={"finish_reason": "stop"})
+    await p.upsert_message(a)
+    tr = await backend.fresh().load_transcript(sid)
+    assert tr.messages[1].info == a
+    got = [x for x in tr.messages[1].parts if x.id == tp.id]
+    assert got == [tp]
+    assert len(tr.messages[1].parts) == len(parts) - 1
+
+
+async def test_missing_session_loads_empty(backend: Backend) -> None:
+    tr = await backend.fresh().load_transcript("ses_nope")
+    assert tr.session is None and tr.messages == []
+
+
+async def test_sessions_are_separate_and_delete_messages_removes_parts(backend: Backend) -> None:
+    p = backend.fresh()
+    s1, s2 = new_id("ses"), new_id("ses")
+    m1, _ = await _write(p, s1)
+    m2, parts2 = await _write(p, s2)
+    await p.delete_messages(s1, [m1[1].id])
+    await p.delete_messages(s1, [])
+    q = backend.fresh()
+    tr1 = await q.load_transcript(s1)
+    assert [m.info.id for m in tr1.messages] == [m1[0].id]
+    tr2 = await q.load_transcript(s2)
+    assert [m.info.id for m in tr2.messages] == [m.id for m in m2]
+    assert sum(len(m.parts) for m in tr2.messages) == len(parts2)
+    if backend.raw is not None:  # the parts are gone for good, not just hidden
+        assert backend.raw(f"SELECT count(*) FROM we0_parts WHERE message_id = '{m1[1].id}'")[0][0] == 0
+
+
+async def test_lease_is_exclusive_until_released(backend: Backend) -> None:
+    p, q = backend.fresh(), backend.fresh()
+    sid = new_id("ses")
+    lease = await p.acquire_lease(sid, "run_a")
+    with pytest.raises(SessionBusyError) as err:
+        await q.acquire_lease(sid, "run_b")
+    assert err.value.session_id == sid and "run_a" in str(err.value)
+    other = await q.acquire_lease(new_id("ses"), "run_c")  # other sessions are free
+    await lease.release()
+    await lease.release()  # idempotent
+    again = await q.acquire_lease(sid, "run_b")
+    await again.release()
+    await other.release()
+
+
+async def test_agent_run_persists_and_a_fresh_instance_sees_it(backend: Backend) -> None:
+    @tool(side_effects=False)
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    p = backend.fresh()
+    model = ScriptedModel([[text("Adding now."), tool_call("add", {"a": 2, "b": 3})], [text("It is 5.")]])
+    agent = We0Agent(model, tools=[add], persistence=p)
+    result = await agent.invoke(mode="prompt", session_id="ses_run", messages=[user_message("2+3?")])
+    assert result.result == "stop" and result.text == "It is 5."
+    live = await agent.transcript("ses_run")
+    again = await backend.fresh().load_transcript("ses_run")
+    assert _dump(again) == _dump(live)
+    tools = [x for m in again.messages for x in m.tool_parts]
+    assert [(x.tool, x.state.status, x.state.output) for x in tools] == [("add", "completed", "5")]
+    # resuming a finished session calls no model and writes nothing
+    agent2 = We0Agent(ScriptedModel([]), tools=[add], persistence=backend.fresh())
+    r2 = await agent2.invoke(mode="resume", session_id="ses_run")
+    assert r2.result == "stop" and agent2.model.calls == 0
+
+
+async def test_abort_then_resume_in_a_new_instance(backend: Backend) -> None:
+    ran: list[str] = []
+    started = asyncio.Event()
+
+    @tool
+    async def slow(x: str) -> str:
+        ran.append(x)
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    abort = asyncio.Event()
+    agent = We0Agent(ScriptedModel([[text("Working."), tool_call("slow", {"x": "a"})]]), tools=[slow],
+                     persistence=backend.fresh())
+    task = asyncio.ensure_future(agent.invoke(abort=abort, mode="prompt", session_id="ses_ab",
+                                              messages=[user_message("go")]))
+    await started.wait()
+    abort.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    tr = await backend.fresh().load_transcript("ses_ab")
+    assert [x.state.status for m in tr.messages for x in m.tool_parts] == ["running"]
+    agent2 = We0Agent(ScriptedModel([[text("Stopped.")]]), tools=[slow], persistence=backend.fresh())
+    r = await agent2.invoke(mode="resume", session_id="ses_ab")
+    assert r.result == "stop" and ran == ["a"]
+    tr = await backend.fresh().load_transcript("ses_ab")
+    (tp,) = [x for m in tr.messages for x in m.tool_parts]
+    assert tp.state.status == "error" and tp.state.metadata == {"interrupted": True, "reason": "resume"}
+
+
+# --------------------------------------------------------------------------- SQL specifics
+
+SQL_BACKENDS = [b for b in BACKENDS if b != "memory"]
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+def sql(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    yield from _backend(request.param, tmp_path)
+
+
+async def test_flattened_columns(sql: Backend) -> None:
+    p = sql.fresh()
+    sid = new_id("ses")
+    msgs, parts = await _write(p, sid)
+    assert sql.raw is not None
+    m = {r[0]: r[1:] for r in sql.raw(
+        "SELECT id, role, created, completed, parent_id, model_id, finish_reason, error_reason, error_message, "
+        "input_tokens, output_tokens, reasoning_tokens, cached_tokens, summary FROM we0_messages")}
+    u, a = msgs
+    assert m[u.id][:2] == ("user", 10.0) and m[u.id][8:12] == (None, None, None, None)
+    assert m[a.id][:12] == ("assistant", 11.0, 19.0, u.id, "m-1", "tool-calls", "R", "why", 10, 5, 2, 1)
+    rows = {r[0]: r[1:] for r in sql.raw(
+        "SELECT id, session_id, message_id, type, tool, call_id, status, time_start, time_end, interrupted, "
+        "interrupt_reason, recalled FROM we0_parts")}
+    norm = lambda r: tuple(bool(v) if i in (8, 10) else v for i, v in enumerate(r))  # noqa: E731
+    by = {x.id: norm(rows[x.id]) for x in parts}
+    assert by[parts[1].id][2:] == ("step-start", None, None, None, 11.0, 11.0, False, None, False)
+    assert by[parts[2].id][2:] == ("reasoning", None, None, None, 11.1, None, False, None, False)
+    assert by[parts[4].id][2:] == ("tool", "read", "c1", "pending", None, None, False, None, False)
+    assert by[parts[5].id][2:] == ("tool", "read", "c2", "running", 12.0, None, False, None, False)
+    assert by[parts[6].id][2:] == ("tool", "read", "c3", "completed", 12.0, 12.5, False, None, True)
+    assert by[parts[7].id][2:] == ("tool", "write", "c4", "error", 13.0, 13.5, True, "resume", False)
+    assert by[parts[10].id][2:] == ("compaction", None, None, None, 19.5, 19.5, False, None, False)
+    assert {r[0:2] for r in rows.values()} == {(sid, u.id), (sid, a.id)}
+    (srow,) = sql.raw(f"SELECT title, created, updated, revert_message_id FROM we0_sessions WHERE id = '{sid}'")
+    assert tuple(srow) == ("t", 1.5, 2.25, None)
+
+
+def test_two_successive_event_loops(sql: Backend) -> None:
+    p = sql.fresh()
+
+    @tool(side_effects=False)
+    def echo(x: str) -> str:
+        return x
+
+    async def run(i: int) -> str:
+        model = ScriptedModel([[tool_call("echo", {"x": f"v{i}"})], [text(f"done {i}")]])
+        agent = We0Agent(model, tools=[echo], persistence=p)
+        r = await agent.invoke(mode="prompt", session_id="ses_loops", messages=[user_message(f"go {i}")])
+        return r.text
+
+    assert asyncio.run(run(1)) == "done 1"
+    assert asyncio.run(run(2)) == "done 2"
+
+    async def count() -> int:
+        tr = await p.load_transcript("ses_loops")
+        return len(tr.messages)
+
+    assert asyncio.run(count()) == 6
+    asyncio.run(p.close())
+    assert asyncio.run(count()) == 6  # reopens after close
+
+
+async def test_url_and_sync_engine_see_the_same_tables(sql: Backend) -> None:
+    p = sql.fresh()
+    sid = new_id("ses")
+    await _write(p, sid)
+    url = p.url
+    assert url.startswith("sqlite:///") if sql.name.startswith("sqlite") else url.startswith("postgresql+psycopg://")
+    eng = p.sync_engine()
+    assert p.sync_engine() is eng
+    with eng.connect() as conn:
+        assert conn.execute(sql_text("SELECT count(*) FROM we0_messages WHERE session_id = :s"), {"s": sid}).scalar() == 2
+        assert conn.execute(sql_text("SELECT value FROM we0_meta WHERE key = 'schema_version'")).scalar() == "1"
+
+
+def test_sync_engine_first_creates_the_tables(tmp_path: Path) -> None:
+    p = SqlPersistence(f"sqlite:///{tmp_path / 'frames.db'}")
+    with p.sync_engine().connect() as conn:
+        assert conn.execute(sql_text("SELECT count(*) FROM we0_parts")).scalar() == 0
+
+
+async def test_bad_rows_name_the_record_and_other_sessions_still_load(sql: Backend) -> None:
+    p = sql.fresh()
+    good, bad_part, bad_msg, bad_json = (new_id("ses") for _ in range(4))
+    await _write(p, good)
+    _, parts = await _write(p, bad_part)
+    msgs, _ = await _write(p, bad_msg)
+    _, parts3 = await _write(p, bad_json)
+    assert sql.raw is not None
+    victim = parts[6]
+    sql.raw("UPDATE we0_parts SET data = '{\"id\": \"' || id || '\", \"type\": \"tool\"}' "
+            f"WHERE id = '{victim.id}'")
+    sql.raw(f"UPDATE we0_messages SET data = 'not json at all' WHERE id = '{msgs[1].id}'")
+    sql.raw(f"UPDATE we0_parts SET data = '{{\"truncated' WHERE id = '{parts3[2].id}'")
+    q = sql.fresh()
+    with pytest.raises(CorruptRecordError) as e1:
+        await q.load_transcript(bad_part)
+    assert bad_part in str(e1.value) and victim.message_id in str(e1.value) and victim.id in str(e1.value)
+    with pytest.raises(CorruptRecordError) as e2:
+        await q.load_transcript(bad_msg)
+    assert bad_msg in str(e2.value) and msgs[1].id in str(e2.value)
+    with pytest.raises(CorruptRecordError) as e3:
+        await q.load_transcript(bad_json)
+    assert parts3[2].id in str(e3.value) and bad_json in str(e3.value)
+    tr = await q.load_transcript(good)
+    assert len(tr.messages) == 2
+    assert isinstance(e1.value, PersistenceError)
+
+
+async def test_a_row_whose_json_disagrees_with_its_columns_is_corrupt(sql: Backend) -> None:
+    p = sql.fresh()
+    sid = new_id("ses")
+    _, parts = await _write(p, sid)
+    assert sql.raw is not None
+    # valid JSON of another part under this row's id: not silently accepted
+    sql.raw(f"UPDATE we0_parts SET data = (SELECT data FROM we0_parts WHERE id = '{parts[2].id}') "
+            f"WHERE id = '{parts[3].id}'")
+    with pytest.raises(CorruptRecordError, match=parts[3].id):
+        await sql.fresh().load_transcript(sid)
+
+
+async def test_newer_schema_version_is_refused(sql: Backend) -> None:
+    p = sql.fresh()
+    await p.upsert_session(_session(new_id("ses")))
+    assert sql.raw is not None
+    sql.raw("UPDATE we0_meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(SchemaVersionError, match=r"newer we0nb \(schema version 99"):
+        await sql.fresh().list_sessions()
+    with pytest.raises(SchemaVersionError):
+        sql.fresh().sync_engine()
+
+
+async def test_lease_takeover_rules(sql: Backend) -> None:
+    """Dead local owner: taken at once. Remote owner: busy until it expires."""
+    p = sql.fresh()
+    await p.list_sessions()  # creates the tables
+    assert sql.raw is not None
+    host = __import__("socket").gethostname()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    future, past = time.time() + 600, time.time() - 1
+    cases = {
+        "dead_local": (host, dead.pid, future, True),
+        "alive_remote": ("elsewhere.example", os.getpid(), future, False),
+        "expired_remote": ("elsewhere.example", 1, past, True),
+        "alive_local_other_process": (host, os.getppid(), future, False),
+        # our own PID, but no live run of this process holds it: a crashed process whose PID we
+        # reuse (containers restart with the same PIDs)
+        "reused_pid": (host, os.getpid(), future, True),
+    }
+    for name, (h, pid, expires, takeable) in cases.items():
+        sid = f"ses_{name}"
+        sql.raw("INSERT INTO we0_leases (session_id, owner, host, pid, run_id, expires) "
+                f"VALUES ('{sid}', '{h}:{pid}:run_old', '{h}', {pid}, 'run_old', {expires})")
+        if takeable:
+            lease = await p.acquire_lease(sid, "run_new")
+            assert sql.raw(f"SELECT run_id FROM we0_leases WHERE session_id = '{sid}'") == [("run_new",)]
+            await lease.release()
+            assert sql.raw(f"SELECT count(*) FROM we0_leases WHERE session_id = '{sid}'")[0][0] == 0
+        else:
+            with pytest.raises(SessionBusyError, match="run_old"):
+                await p.acquire_lease(sid, "run_new")
+
+
+async def test_lease_is_renewed_while_the_run_goes_on(sql: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = sql.fresh()
+    p.lease_ttl, p.lease_renew = 1.0, 0.1
+    sid = new_id("ses")
+    lease = await p.acquire_lease(sid, "run_long")
+    assert sql.raw is not None
+    t0 = time.time()
+    while time.time() < t0 + 2.2:  # well past the TTL: a long tool call
+        await asyncio.sleep(0.1)
+    (expires,) = sql.raw(f"SELECT expires FROM we0_leases WHERE session_id = '{sid}'")[0]
+    assert expires > time.time()  # renewed: still valid after twice the TTL
+    # a process on another host would still see it busy
+    sql.raw(f"UPDATE we0_leases SET host = 'elsewhere.example' WHERE session_id = '{sid}'")
+    with pytest.raises(SessionBusyError):
+        await sql.fresh().acquire_lease(sid, "run_other")
+    await lease.release()
+    assert not p._heartbeats
+    assert sql.raw(f"SELECT count(*) FROM we0_leases WHERE session_id = '{sid}'")[0][0] == 0
+
+
+async def test_every_write_is_committed_at_once(sql: Backend) -> None:
+    """No flush needed: another connection sees each write as soon as it returns."""
+    p = sql.fresh()
+    assert sql.raw is not None
+    sid = new_id("ses")
+    await p.upsert_session(_session(sid))
+    assert sql.raw(f"SELECT count(*) FROM we0_sessions WHERE id = '{sid}'")[0][0] == 1
+    msgs, parts = _history(sid)
+    await p.upsert_message(msgs[1])
+    assert sql.raw(f"SELECT completed FROM we0_messages WHERE id = '{msgs[1].id}'")[0][0] == 19.0
+    tp = parts[5]  # a running tool part: the write-ahead record
+    await p.upsert_part(tp)
+    assert sql.raw(f"SELECT status FROM we0_parts WHERE id = '{tp.id}'")[0][0] == "running"
+    await p.upsert_parts(parts[6:9])
+    assert sql.raw(f"SELECT count(*) FROM we0_parts WHERE session_id = '{sid}'")[0][0] == 4
+
+
+# --------------------------------------------------------------------------- SQLite specifics
+
+
+async def test_sqlite_wal_synchronous_and_busy_timeout(tmp_path: Path) -> None:
+    db = tmp_path / "tuned.db"
+    p = SqlPersistence(f"sqlite:///{db}", synchronous="FULL", busy_timeout=2.5)
+    await p.upsert_session(_session("ses_1"))
+    conn = p._inline.conn  # type: ignore[union-attr]
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 2500
+    q = SqlPersistence(f"sqlite:///{db}")
+    await q.list_sessions()
+    assert q._inline.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # type: ignore[union-attr]
+    with q.sync_engine().connect() as c:  # the frames' engine gets the same settings
+        assert c.exec_driver_sql("PRAGMA busy_timeout").scalar() == 5000
+    await p.close()
+    await q.close()
+
+
+async def test_wal_checkpoints_run_off_the_loop_and_close_stops_them(tmp_path: Path) -> None:
+    db = tmp_path / "ckpt.db"
+    p = SqlPersistence(f"sqlite:///{db}")
+    sid = new_id("ses")
+    await p.upsert_session(_session(sid))
+    inline = p._inline
+    assert inline is not None
+    assert inline.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0  # type: ignore[union-attr]
+    msgs, parts = _history(sid)
+    await p.upsert_message(msgs[1])
+    for i in range(inline.CHECKPOINT_EVERY + 10):
+        await p.upsert_part(parts[1].model_copy(update={"id": new_id("prt")}))
+    thread = inline.ckpt_thread
+    assert thread is not None and thread.is_alive()
+    await p.close()
+    assert not thread.is_alive()
+    assert not (tmp_path / "ckpt.db-wal").exists()  # the last connection checkpointed and removed it
+    tr = await SqlPersistence(f"sqlite:///{db}").load_transcript(sid)
+    assert len(tr.messages[0].parts) == inline.CHECKPOINT_EVERY + 10
+
+
+async def test_read_only_database_file_is_a_clear_error(tmp_path: Path) -> None:
+    db = tmp_path / "ro.db"
+    p = SqlPersistence(f"sqlite:///{db}")
+    await p.upsert_session(_session("ses_1"))
+    await p.close()
+    ro = SqlPersistence(f"sqlite:///file:{db}?mode=ro&uri=true")
+    with pytest.raises(PersistenceError, match="read-only"):
+        await ro.upsert_session(_session("ses_2"))
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can write a read-only file")
+async def test_read_only_file_permissions_are_a_clear_error(tmp_path: Path) -> None:
+    db = tmp_path / "ro.db"
+    p = SqlPersistence(f"sqlite:///{db}")
+    await p.upsert_session(_session("ses_1"))
+    await p.close()
+    os.chmod(db, 0o444)
+    with pytest.raises(PersistenceError, match="read-only"):
+        await SqlPersistence(f"sqlite:///{db}").upsert_session(_session("ses_2"))
+
+
+async def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(PersistenceError, match="does not exist"):
+        await SqlPersistence(f"sqlite:///{tmp_path / 'nope' / 'we0.db'}").list_sessions()
+
+
+def test_options_are_validated(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    with pytest.raises(ValueError, match="synchronous"):
+        SqlPersistence(url, synchronous="SOMETIMES")
+    with pytest.raises(ValueError, match="lease_renew"):
+        SqlPersistence(url, lease_ttl=1, lease_renew=2)
+    with pytest.raises(ValueError, match="schema"):
+        SqlPersistence(url, schema="s")
+    with pytest.raises(PersistenceError, match="SQLite and PostgreSQL"):
+        SqlPersistence("mysql://u@h/db")
+    with pytest.raises(TypeError):
+        SqlPersistence(42)  # type: ignore[arg-type]
+
+
+def test_urls_map_to_drivers(tmp_path: Path) -> None:
+    assert SqlPersistence("sqlite+aiosqlite:///a/b.db").url == "sqlite:///a/b.db"
+    assert SqlPersistence("sqlite:///a/b.db")._async_url.drivername == "sqlite+aiosqlite"
+    pg = SqlPersistence("postgresql://u:pw@h:5/db", schema="s1")
+    assert pg.url == "postgresql+psycopg://u:pw@h:5/db" and pg.schema == "s1"
+    assert "pw" not in repr(pg)
+    assert SqlPersistence("postgresql+asyncpg://u@h/db").url == "postgresql+psycopg://u@h/db"
+    assert SqlPersistence("postgres://u@h/db").url == "postgresql+psycopg://u@h/db"
+
+
+def test_top_level_export() -> None:
+    import we0nb
+
+    assert we0nb.SqlPersistence is SqlPersistence
+
+
+async def test_in_memory_sqlite_is_shared_with_the_sync_engine() -> None:
+    p = SqlPersistence("sqlite://")
+    agent = We0Agent(ScriptedModel([[text("hello")]]), persistence=p)
+    r = await agent.invoke(mode="prompt", session_id="ses_mem", messages=[user_message("hi")])
+    assert r.result == "stop"
+    with p.sync_engine().connect() as conn:
+        assert conn.execute(sql_text("SELECT count(*) FROM we0_messages")).scalar() == 2
+    other = SqlPersistence("sqlite:///:memory:")  # another in-memory database: empty
+    assert await other.list_sessions() == []
+    assert [s.id for s in await p.list_sessions()] == ["ses_mem"]
+
+
+async def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
+    junk = tmp_path / "notes.db"
+    junk.write_bytes(b"these are my notes, not a database" * 100)
+    with pytest.raises(PersistenceError, match="not a database"):
+        await SqlPersistence(f"sqlite:///{junk}").list_sessions()
+
+
+@pytest.mark.postgres
+async def test_postgres_schema_and_synchronous_settings(pg_schema: str) -> None:  # noqa: F811
+    p = SqlPersistence(PG_URL, schema=pg_schema)
+    await p.upsert_session(_session("ses_pg"))
+    assert pg_execute(pg_schema, "SELECT id FROM we0_sessions") == [("ses_pg",)]  # in that schema
+    with p.sync_engine().connect() as c:
+        assert c.exec_driver_sql("SHOW search_path").scalar() == pg_schema
+        # NORMAL: a killed client loses nothing; only a server crash may lose the last commits
+        assert c.exec_driver_sql("SHOW synchronous_commit").scalar() == "off"
+    q = SqlPersistence(PG_URL, schema=pg_schema, synchronous="FULL")
+    with q.sync_engine().connect() as c:
+        assert c.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+    await p.close()
