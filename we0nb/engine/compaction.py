@@ -282,8 +282,7 @@ class Compactor:
                                    parent_id=run._parent_id(), model_id=run.agent.model.model_id,
                                    usage=usage, finish_reason="stop", summary=True)
         part = CompactionPart(id=new_id("prt"), session_id=sid, message_id=summary.id, summary=text, time=t)
-        await p.upsert_message(summary)
-        await p.upsert_part(part)
+        await p.upsert_batch(summary, [part])
         run.messages.append(MessageWithParts.model_construct(info=summary, parts=[part]))
         run.usage = run.usage + usage
 
@@ -297,8 +296,7 @@ class Compactor:
                 u = UserMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=t2))
                 up = TextPart(id=new_id("prt"), session_id=sid, message_id=u.id, text=original,
                               time=PartTime(start=t2, end=t2), synthetic=True)
-                await p.upsert_message(u)
-                await p.upsert_part(up)
+                await p.upsert_batch(u, [up])
                 run.messages.append(MessageWithParts.model_construct(info=u, parts=[up]))
         await p.flush()
         run.history.invalidate()

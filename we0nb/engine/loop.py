@@ -145,7 +145,15 @@ class Run:
     # ------------------------------------------------------------------ persistence helpers
 
     async def _write_part(self, part: Part) -> None:
-        self._dirty.pop(part.id, None)
+        """Write ``part``, together with every part not written yet (one transaction)."""
+        dirty = self._dirty
+        if dirty:
+            dirty.pop(part.id, None)
+            if dirty:
+                batch = [*dirty.values(), part]
+                dirty.clear()
+                await self.p.upsert_batch(None, batch)
+                return
         await self.p.upsert_part(part)
 
     def _materialize(self) -> None:
@@ -172,8 +180,10 @@ class Run:
         self._materialize()
         if self._open is not None:
             self._dirty[self._open.id] = self._open
-        for part in list(self._dirty.values()):
-            await self._write_part(part)
+        if self._dirty:
+            batch = list(self._dirty.values())
+            self._dirty.clear()
+            await self.p.upsert_batch(None, batch)
         await self.p.flush()
 
     # ------------------------------------------------------------------ the run
@@ -290,8 +300,7 @@ class Run:
             info = UserMessage(id=new_id("msg"), session_id=self.session_id, time=MessageTime(created=t))
             part = TextPart(id=new_id("prt"), session_id=self.session_id, message_id=info.id, text=u.text,
                             time=PartTime(start=t, end=t))
-            await self.p.upsert_message(info)
-            await self.p.upsert_part(part)
+            await self.p.upsert_batch(info, [part])
             m = MessageWithParts.model_construct(info=info, parts=[part])
             self.messages.append(m)
             self._parent = info.id
@@ -405,10 +414,9 @@ class Run:
         msg = MessageWithParts.model_construct(info=info, parts=[])
         request = self._model_request()
         self.messages.append(msg)
-        await p.upsert_message(info)
         start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=info.id, time=t0)
         msg.parts.append(start)
-        await self._write_part(start)
+        await p.upsert_batch(info, [start])  # durability point: the unfinished message exists
         yield {"type": "step-start", "step": self.steps, "message": info.model_copy()}
 
         finish = FinishEvent()
@@ -459,7 +467,9 @@ class Run:
                     tp = ToolPart(id=new_id("prt"), session_id=sid, message_id=info.id,
                                   call_id=ev.call_id, tool=ev.name, state=state)
                     parts.append(tp)
-                    await self._write_part(tp)
+                    # pending is not a durability point: written with the first of its
+                    # running write-ahead, the end of the stream, an abort or the step's end
+                    self._dirty[tp.id] = tp
                     yield {"type": "tool", "part": _snapshot(tp)}
                 elif cls is FinishEvent:
                     finish = ev
@@ -472,11 +482,13 @@ class Run:
             await self._close_stream(stream)
             self._materialize()
             if self._open is not None:
-                await self._write_part(self._open)
+                self._dirty[self._open.id] = self._open
                 self._open = None
             info.error = MessageError(reason=type(exc).__name__, message=str(exc) or repr(exc),
                                       metadata={"step": self.steps})
-            await p.upsert_message(info)
+            batch = list(self._dirty.values())
+            self._dirty.clear()
+            await p.upsert_batch(info, batch)
             await p.flush()
             raise ModelError(sid, info.id, exc) from exc
         if self._open is not None:
@@ -484,15 +496,21 @@ class Run:
             yield {"type": f"{closed.type}-end", "part": _snapshot(closed)}  # type: ignore[union-attr]
 
         # tools, one at a time, in the order the model emitted them
+        # (the last call's end state is committed with the step's end, right after it)
+        tools = [x for x in parts if isinstance(x, ToolPart)]
         blocked = False
-        for tp in [x for x in parts if isinstance(x, ToolPart)]:
+        for i, tp in enumerate(tools):
             self._check_abort()
+            last = i == len(tools) - 1
             if blocked:
                 tp.state = interrupted(tp.state, "blocked")
-                await self._write_part(tp)
-                yield {"type": "tool", "part": _snapshot(tp)}
+                if last:
+                    self._dirty[tp.id] = tp
+                else:
+                    await self._write_part(tp)
+                    yield {"type": "tool", "part": _snapshot(tp)}
                 continue
-            async for ev2 in self._execute(tp, recalled=False):
+            async for ev2 in self._execute(tp, recalled=False, defer_final=last):
                 yield ev2
             if tp.state.status == "error" and self._blocks(tp.tool):
                 blocked = True
@@ -503,11 +521,15 @@ class Run:
         sf = StepFinishPart(id=new_id("prt"), session_id=sid, message_id=info.id, reason=finish.reason,
                             usage=finish.usage, time=end)
         parts.append(sf)
-        await self._write_part(sf)
         info.time = MessageTime(created=info.time.created, completed=end)
         info.finish_reason = finish.reason
         info.usage = finish.usage
-        await p.upsert_message(info)
+        # durability point: the step's end (with any part not written yet) in one transaction
+        pending = [*self._dirty.values(), sf]
+        self._dirty.clear()
+        await p.upsert_batch(info, pending)
+        if tools:
+            yield {"type": "tool", "part": _snapshot(tools[-1])}
         yield {"type": "step-finish", "step": self.steps, "message": info.model_copy(),
                "finish_reason": finish.reason, "usage": finish.usage}
         self._after_output_errors(parts)
@@ -541,8 +563,13 @@ class Run:
 
     # ------------------------------------------------------------------ tool execution
 
-    async def _execute(self, tp: ToolPart, *, recalled: bool) -> AsyncIterator[dict[str, Any]]:
-        """Run one call: validate, write ``running`` (write-ahead), run, write the end state."""
+    async def _execute(self, tp: ToolPart, *, recalled: bool,
+                       defer_final: bool = False) -> AsyncIterator[dict[str, Any]]:
+        """Run one call: validate, write ``running`` (write-ahead), run, write the end state.
+
+        With ``defer_final`` the end state is left to the caller's next write — the step's
+        end, which follows at once — so the last call of a step costs one commit less.
+        """
         agent = self.agent
         state = tp.state
         inp = dict(state.input)
@@ -550,13 +577,6 @@ class Run:
         meta: dict[str, Any] = {"recalled": True} if recalled else {}
         is_output = agent.output_type is not None and tp.tool == agent.output_tool_name
         definition = agent.tools_by_name.get(tp.tool)
-        if definition is None and not is_output:
-            names = ", ".join(sorted(agent.tools_by_name)) or "(none)"
-            tp.state = ToolStateError(input=inp, error=f"Unknown tool {tp.tool!r}. Available tools: {names}.",
-                                      metadata=meta, time=ToolTime(start=None, end=now()))
-            await self._write_part(tp)
-            yield {"type": "tool", "part": _snapshot(tp)}
-            return
         start = now()
         if is_output:
             try:
@@ -571,35 +591,38 @@ class Run:
                                               time=ToolTime(start=start, end=now()))
                 self.output = value
                 self.has_output = True
-            await self._write_part(tp)
-            yield {"type": "tool", "part": _snapshot(tp)}
-            return
-        assert definition is not None
-        try:
-            kwargs = definition.validate_input(raw if raw is not None else inp)
-        except ToolInputError as e:
-            tp.state = ToolStateError(input=inp, error=str(e), metadata=meta, time=ToolTime(start=None, end=now()))
-            await self._write_part(tp)
-            yield {"type": "tool", "part": _snapshot(tp)}
-            return
-        tp.state = ToolStateRunning(input=inp, time=ToolTime(start=start))
-        await self._write_part(tp)           # write-ahead: durable before the tool runs
-        yield {"type": "tool", "part": _snapshot(tp)}
-        self._check_abort()
-        try:
-            if definition.is_async:
-                result = await self._blocking(definition.function(**kwargs))
-            else:
-                result = await self._blocking(asyncio.to_thread(definition.function, **kwargs))
-            output = to_output(result)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            text = str(e) or type(e).__name__
-            tp.state = ToolStateError(input=inp, error=f"{type(e).__name__}: {text}" if str(e) else text,
-                                      metadata=meta, time=ToolTime(start=start, end=now()))
+        elif definition is None:
+            names = ", ".join(sorted(agent.tools_by_name)) or "(none)"
+            tp.state = ToolStateError(input=inp, error=f"Unknown tool {tp.tool!r}. Available tools: {names}.",
+                                      metadata=meta, time=ToolTime(start=None, end=now()))
         else:
-            tp.state = ToolStateCompleted(input=inp, output=output, metadata=meta,
-                                          time=ToolTime(start=start, end=now()))
+            try:
+                kwargs = definition.validate_input(raw if raw is not None else inp)
+            except ToolInputError as e:
+                tp.state = ToolStateError(input=inp, error=str(e), metadata=meta,
+                                          time=ToolTime(start=None, end=now()))
+            else:
+                tp.state = ToolStateRunning(input=inp, time=ToolTime(start=start))
+                await self._write_part(tp)           # write-ahead: durable before the tool runs
+                yield {"type": "tool", "part": _snapshot(tp)}
+                self._check_abort()
+                try:
+                    if definition.is_async:
+                        result = await self._blocking(definition.function(**kwargs))
+                    else:
+                        result = await self._blocking(asyncio.to_thread(definition.function, **kwargs))
+                    output = to_output(result)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    text = str(e) or type(e).__name__
+                    tp.state = ToolStateError(input=inp, error=f"{type(e).__name__}: {text}" if str(e) else text,
+                                              metadata=meta, time=ToolTime(start=start, end=now()))
+                else:
+                    tp.state = ToolStateCompleted(input=inp, output=output, metadata=meta,
+                                                  time=ToolTime(start=start, end=now()))
+        if defer_final:
+            self._dirty[tp.id] = tp
+            return
         await self._write_part(tp)
         yield {"type": "tool", "part": _snapshot(tp)}
