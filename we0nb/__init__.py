@@ -60,12 +60,22 @@ __all__ = [
     "We0Error", "SessionBusyError", "MaxStepsExceeded", "ModelError", "OutputValidationError",
     "ScriptExhaustedError", "PersistenceError", "CorruptRecordError", "SchemaVersionError",
     "ModelProviderError", "ModelAuthenticationError", "ContextWindowExceeded", "CompactionError",
+    "show", "sessions_df", "messages_df", "parts_df", "tool_calls_df", "session_summary", "expand_json",
+    "plot_timeline", "plot_tools",
 ]
 
 _LAZY = {
     "SqlPersistence": ("we0nb.persistence.sql", "SqlPersistence"),
     "OpenAIChatModel": ("we0nb.models.openai", "OpenAIChatModel"),
     "show": ("we0nb.notebook.live", "show"),
+    "sessions_df": ("we0nb.notebook.frames", "sessions_df"),
+    "messages_df": ("we0nb.notebook.frames", "messages_df"),
+    "parts_df": ("we0nb.notebook.frames", "parts_df"),
+    "tool_calls_df": ("we0nb.notebook.frames", "tool_calls_df"),
+    "session_summary": ("we0nb.notebook.frames", "session_summary"),
+    "expand_json": ("we0nb.notebook.frames", "expand_json"),
+    "plot_timeline": ("we0nb.notebook.plots", "plot_timeline"),
+    "plot_tools": ("we0nb.notebook.plots", "plot_tools"),
 }
 
 

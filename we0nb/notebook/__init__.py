@@ -16,6 +16,7 @@ __all__ = [
     "show", "LiveView", "RunPanel", "run_sync", "invoke_sync",
     "render_html", "render_text", "mimebundle", "esc", "load_ipython_extension",
     "sessions_df", "messages_df", "parts_df", "tool_calls_df", "expand_json", "session_summary",
+    "plot_timeline", "plot_tools",
 ]
 
 _FRAMES = ("sessions_df", "messages_df", "parts_df", "tool_calls_df", "expand_json", "session_summary")
@@ -34,4 +35,6 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module(".panel", __name__).RunPanel
     if name in _FRAMES:
         return getattr(importlib.import_module(".frames", __name__), name)
+    if name in ("plot_timeline", "plot_tools"):
+        return getattr(importlib.import_module(".plots", __name__), name)
     raise AttributeError(f"module 'we0nb.notebook' has no attribute {name!r}")

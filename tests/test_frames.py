@@ -1,0 +1,620 @@
+"""Transcripts as DataFrames: columns, dtypes, identical frames on every backend, filters.
+
+One scripted history (We0Agent + ScriptedModel into a MemoryPersistence) is copied
+object for object into SQLite and PostgreSQL through the port's upserts, so all backends
+hold the same ids and times and must give the same frames. PostgreSQL runs when
+``WE0NB_TEST_POSTGRES_URL`` is set (each run in its own schema, dropped afterwards).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from we0nb import MemoryPersistence, ScriptedModel, We0Agent, reasoning, text, tool, tool_call, usage, user_message
+from we0nb.messages import (
+    AssistantMessage, CompactionPart, MessageTime, PartTime, Session, SessionTime, StepFinishPart, StepStartPart,
+    TextPart, Usage, UserMessage,
+)
+from we0nb.notebook import frames
+from we0nb.notebook.frames import (
+    expand_json, messages_df, parts_df, session_summary, sessions_df, tool_calls_df,
+)
+
+PG_ENV = "WE0NB_TEST_POSTGRES_URL"
+PG_URL = os.environ.get(PG_ENV) or None
+PG_SKIP = f"{PG_ENV} is not set: the PostgreSQL frame tests need a server (e.g. postgresql://postgres@127.0.0.1:5432/test)"
+
+VIEWS = {"sessions": sessions_df, "messages": messages_df, "parts": parts_df, "tool_calls": tool_calls_df}
+SPECS = {"sessions": frames.SESSION_COLUMNS, "messages": frames.MESSAGE_COLUMNS, "parts": frames.PART_COLUMNS,
+         "tool_calls": frames.TOOL_CALL_COLUMNS}
+OLD = 1_600_000_000.0  # 2020-09-13: the hand-written session lives in the past
+UNICODE_USER = "première question — 日本語 🌍\nligne 2"
+
+
+# --------------------------------------------------------------------------- the history
+
+
+def _manual_session(p: MemoryPersistence) -> None:
+    """A compacted session written by hand, long ago (for since/until and the summary text)."""
+
+    async def go():
+        sid = "ses_e_manual"
+        await p.upsert_session(Session(id=sid, title="old one", time=SessionTime(created=OLD, updated=OLD + 9)))
+        u = UserMessage(id="msg_0000000000001", session_id=sid, time=MessageTime(created=OLD + 1))
+        await p.upsert_message(u)
+        await p.upsert_part(TextPart(id="prt_0000000000001", session_id=sid, message_id=u.id, text="résume",
+                                     time=PartTime(start=OLD + 1, end=OLD + 1)))
+        a = AssistantMessage(id="msg_0000000000002", session_id=sid, parent_id=u.id, model_id="scripted",
+                             time=MessageTime(created=OLD + 2, completed=OLD + 5.5), summary=True,
+                             finish_reason="stop", usage=Usage(input_tokens=7, output_tokens=3))
+        await p.upsert_message(a)
+        await p.upsert_parts([
+            StepStartPart(id="prt_0000000000002", session_id=sid, message_id=a.id, time=OLD + 2),
+            CompactionPart(id="prt_0000000000003", session_id=sid, message_id=a.id, summary="Résumé: 3 ✓",
+                           time=OLD + 5),
+            StepFinishPart(id="prt_0000000000004", session_id=sid, message_id=a.id, reason="stop",
+                           usage=Usage(input_tokens=7, output_tokens=3), time=OLD + 5.5),
+        ])
+
+    asyncio.run(go())
+
+
+def build_history() -> MemoryPersistence:
+    p = MemoryPersistence()
+    box: dict = {"abort": None}
+
+    @tool(side_effects=False)
+    def lookup(q: str, n: int = 1, nested: dict | None = None) -> str:
+        """Read-only."""
+        return f"found {q} ×{n} ✓"
+
+    @tool
+    def boom(x: int) -> str:
+        raise RuntimeError("kaputt ü")
+
+    @tool
+    def send(to: str) -> str:
+        """Side effects."""
+        return f"sent to {to}"
+
+    @tool(side_effects=False)
+    async def slow_read(path: str) -> str:
+        """Read-only; the first call aborts its run while it is running."""
+        ev = box["abort"]
+        if ev is not None and not ev.is_set():
+            ev.set()
+            await asyncio.sleep(30)
+        return f"content of {path}"
+
+    @tool(side_effects=False, blocks_on_error=True)
+    def strict(path: str) -> str:
+        raise ValueError(f"strict failed on {path}")
+
+    tools = [lookup, boom, send, slow_read, strict]
+
+    async def go():
+        # ses_a: unicode text and input, a completed and a failed call, tokens
+        m = ScriptedModel([
+            [reasoning("réfléchir…"), text("Hello wörld 🌍"),
+             tool_call("lookup", {"q": "é日本", "n": 2, "nested": {"k": [1, 2], "deep": {"x": "ÿ"}}}),
+             tool_call("boom", {"x": 1}), usage(10, 5, 1, 0)],
+            [text("done ✓"), usage(20, 3, 0, 2)],
+        ])
+        await We0Agent(m, tools, persistence=p).invoke(session_id="ses_a", messages=[user_message(UNICODE_USER)])
+
+        # ses_b: aborted while a read-only call runs, then resumed: recalled + interrupted
+        m = ScriptedModel([
+            [text("reading then sending"), tool_call("slow_read", {"path": "a.txt"}), tool_call("send", {"to": "bob"})],
+            [text("after resume"), usage(1, 1)],
+        ])
+        agent = We0Agent(m, tools, persistence=p)
+        box["abort"] = asyncio.Event()
+        with pytest.raises(asyncio.CancelledError):
+            await agent.invoke(abort=box["abort"], session_id="ses_b", messages=[user_message("send it")])
+        box["abort"] = None
+        await agent.invoke(abort=asyncio.Event(), mode="resume", session_id="ses_b")
+
+        # ses_c: a blocking error interrupts the later call of the step ("blocked")
+        m = ScriptedModel([[tool_call("strict", {"path": "p"}), tool_call("lookup", {"q": "z"})], [text("ok")]])
+        await We0Agent(m, tools, persistence=p).invoke(session_id="ses_c", messages=[user_message("strict")])
+
+        # ses_d: aborted, then a new prompt interrupts the unfinished call ("prompt")
+        m = ScriptedModel([[tool_call("slow_read", {"path": "b"})], [text("fine")]])
+        agent = We0Agent(m, tools, persistence=p)
+        box["abort"] = asyncio.Event()
+        with pytest.raises(asyncio.CancelledError):
+            await agent.invoke(abort=box["abort"], session_id="ses_d", messages=[user_message("read b")])
+        box["abort"] = None
+        await agent.invoke(session_id="ses_d", messages=[user_message("never mind")])
+
+    asyncio.run(go())
+    _manual_session(p)
+    return p
+
+
+async def copy_history(src, dst) -> None:
+    """Copy every session, message and part, object for object (same ids, same times)."""
+    for s in await src.list_sessions():
+        await dst.upsert_session(s)
+        t = await src.load_transcript(s.id)
+        for m in t.messages:
+            await dst.upsert_message(m.info)
+            if m.parts:
+                await dst.upsert_parts(m.parts)
+
+
+# --------------------------------------------------------------------------- backends
+
+
+def _pg_admin(sql: str) -> None:
+    import psycopg
+
+    url = PG_URL.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+@pytest.fixture(scope="module")
+def memory() -> MemoryPersistence:
+    return build_history()
+
+
+@pytest.fixture(scope="module")
+def sqlite_db(memory, tmp_path_factory):
+    from we0nb import SqlPersistence
+
+    path = tmp_path_factory.mktemp("frames") / "history.db"
+    sp = SqlPersistence(f"sqlite:///{path}")
+    asyncio.run(copy_history(memory, sp))
+    return sp
+
+
+@pytest.fixture(scope="module")
+def pg_db(memory):
+    if PG_URL is None:
+        pytest.skip(PG_SKIP)
+    from we0nb import SqlPersistence
+
+    schema = f"we0frames_{uuid.uuid4().hex[:10]}"
+    sp = SqlPersistence(PG_URL, schema=schema)
+    try:
+        asyncio.run(copy_history(memory, sp))
+        yield sp
+    finally:
+        asyncio.run(sp.close())
+        _pg_admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def backend(request):
+    name = {"memory": "memory", "sqlite": "sqlite_db", "postgres": "pg_db"}[request.param]
+    return request.getfixturevalue(name)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def empty_backend(request, tmp_path):
+    from we0nb import SqlPersistence
+
+    if request.param == "memory":
+        yield MemoryPersistence()
+    elif request.param == "sqlite":
+        yield SqlPersistence(f"sqlite:///{tmp_path / 'empty.db'}")
+    else:
+        if PG_URL is None:
+            pytest.skip(PG_SKIP)
+        schema = f"we0frames_{uuid.uuid4().hex[:10]}"
+        sp = SqlPersistence(PG_URL, schema=schema)
+        try:
+            yield sp
+        finally:
+            _pg_admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# --------------------------------------------------------------------------- dtype checks
+
+
+def check_dtypes(df: pd.DataFrame, view: str) -> None:
+    spec = SPECS[view]
+    assert list(df.columns) == list(spec), (list(df.columns), list(spec))
+    for name, kind in spec.items():
+        dt = df[name].dtype
+        if isinstance(kind, tuple):
+            assert dt == np.dtype("timedelta64[us]"), (name, dt)
+        elif kind in ("id", "str", "json"):
+            assert isinstance(dt, pd.StringDtype) and dt.na_value is pd.NA, (name, dt)
+        elif kind == "time":
+            assert isinstance(dt, pd.DatetimeTZDtype) and str(dt.tz) == "UTC" and dt.unit == "us", (name, dt)
+        elif kind == "int":
+            assert dt == pd.Int64Dtype(), (name, dt)
+        elif kind in ("count", "order"):
+            assert dt == np.dtype("int64"), (name, dt)
+        elif kind == "bool":
+            assert dt == np.dtype(bool), (name, dt)
+        elif kind.startswith("cat:"):
+            assert isinstance(dt, pd.CategoricalDtype), (name, dt)
+            assert isinstance(dt.categories.dtype, pd.StringDtype), (name, dt.categories.dtype)
+            fixed = frames._FIXED_CATEGORIES.get(name)
+            if fixed is not None:
+                assert list(dt.categories[: len(fixed)]) == list(fixed)
+        else:  # pragma: no cover
+            raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_columns_and_dtypes(backend, view):
+    df = VIEWS[view](backend)
+    assert len(df) > 0
+    check_dtypes(df, view)
+    for id_col in ("session_id", "message_id", "part_id"):
+        if id_col in df:
+            assert df[id_col].notna().all()
+
+
+def test_minimum_columns(memory):
+    assert {"session_id", "message_id", "role"} <= set(messages_df(memory).columns)
+    assert {"session_id", "message_id", "part_id", "tool", "status", "interrupted", "interrupt_reason", "error",
+            "recalled", "output", "duration", "input", "metadata"} <= set(tool_calls_df(memory).columns)
+    assert {"session_id", "message_id", "part_id", "order", "type"} <= set(parts_df(memory).columns)
+
+
+@pytest.mark.parametrize("view", list(VIEWS) + ["summary"])
+def test_empty_persistence(empty_backend, memory, view):
+    fn = session_summary if view == "summary" else VIEWS[view]
+    empty = fn(empty_backend)
+    full = fn(memory)
+    assert len(empty) == 0
+    assert list(empty.columns) == list(full.columns)
+    assert dict(empty.dtypes) == dict(full.dtypes) or all(
+        str(a) == str(b) for a, b in zip(empty.dtypes, full.dtypes))
+    if view != "summary":
+        check_dtypes(empty, view)
+
+
+# --------------------------------------------------------------------------- identical frames
+
+
+@pytest.mark.parametrize("view", list(VIEWS) + ["summary"])
+@pytest.mark.parametrize("other", ["sqlite", "postgres"])
+def test_identical_frames_across_backends(request, memory, view, other):
+    sql = request.getfixturevalue({"sqlite": "sqlite_db", "postgres": "pg_db"}[other])
+    fn = session_summary if view == "summary" else VIEWS[view]
+    a, b = fn(memory), fn(sql)
+    assert len(a) > 0
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def test_identical_with_filters_across_backends(memory, sqlite_db):
+    since = pd.Timestamp("2021-01-01", tz="UTC")
+    for fn in VIEWS.values():
+        for kw in ({"session_id": ["ses_b", "ses_e_manual"]}, {"since": since}, {"until": since},
+                   {"session_id": "ses_a", "since": since}):
+            pd.testing.assert_frame_equal(fn(memory, **kw), fn(sqlite_db, **kw), check_exact=True)
+
+
+def test_python_json_fallback_matches(sqlite_db, monkeypatch):
+    """A database whose JSON functions we do not know: ``data`` is read and parsed here."""
+    expected = {name: fn(sqlite_db) for name, fn in VIEWS.items()}
+    monkeypatch.setattr(frames, "_json_value", lambda *a, **k: None)
+    for name, fn in VIEWS.items():
+        pd.testing.assert_frame_equal(fn(sqlite_db), expected[name], check_exact=True)
+
+
+def test_inputs_agent_engine_url(memory, sqlite_db):
+    agent = We0Agent(ScriptedModel([]), persistence=memory)
+    pd.testing.assert_frame_equal(tool_calls_df(agent), tool_calls_df(memory))
+    expected = parts_df(sqlite_db)
+    pd.testing.assert_frame_equal(parts_df(We0Agent(ScriptedModel([]), persistence=sqlite_db)), expected)
+    pd.testing.assert_frame_equal(parts_df(sqlite_db.url), expected)
+    pd.testing.assert_frame_equal(parts_df(sqlite_db.url.replace("sqlite://", "sqlite+aiosqlite://")), expected)
+    pd.testing.assert_frame_equal(parts_df(sqlite_db.sync_engine()), expected)
+    from sqlalchemy.engine import make_url
+
+    pd.testing.assert_frame_equal(parts_df(make_url(sqlite_db.url)), expected)
+
+
+def test_bad_arguments(memory):
+    with pytest.raises(TypeError, match="session_id"):
+        parts_df(memory, 5)
+    with pytest.raises(TypeError, match="session_id"):
+        parts_df(memory, ["ses_a", 3])
+    with pytest.raises(ValueError, match="since"):
+        parts_df(memory, since="not a time")
+    with pytest.raises(TypeError, match="until"):
+        parts_df(memory, until=object())
+    with pytest.raises(TypeError, match="We0Agent"):
+        parts_df(42)
+    with pytest.raises(ValueError, match="URL"):
+        parts_df("we0.db")
+
+
+# --------------------------------------------------------------------------- content
+
+
+def test_one_row_per_entity_and_order(backend):
+    msgs = messages_df(backend)
+    parts = parts_df(backend)
+    calls = tool_calls_df(backend)
+    assert msgs["message_id"].is_unique and parts["part_id"].is_unique and calls["part_id"].is_unique
+    assert set(parts["message_id"]) <= set(msgs["message_id"])
+    # order: 1-based, consecutive within the group, following the ids (history order)
+    for df, group, key in ((msgs, "session_id", "message_id"), (parts, "message_id", "part_id"),
+                           (calls, "session_id", "part_id")):
+        for _, g in df.groupby(group, observed=True):
+            assert g["order"].tolist() == list(range(1, len(g) + 1))
+            assert g[key].tolist() == sorted(g[key].tolist())
+    # tool calls are exactly the tool parts; joined on part_id they agree
+    tool_parts = parts[parts["type"] == "tool"]
+    assert sorted(tool_parts["part_id"]) == sorted(calls["part_id"])
+    j = calls.merge(tool_parts[["part_id", "tool", "status", "start", "end"]], on="part_id", suffixes=("", "_p"))
+    assert (j["tool"].astype(str) == j["tool_p"].astype(str)).all()
+    assert (j["status"].astype(str) == j["status_p"].astype(str)).all()
+    assert sessions_df(backend)["session_id"].tolist() == ["ses_a", "ses_b", "ses_c", "ses_d", "ses_e_manual"]
+
+
+def test_durations_and_times(memory):
+    calls = tool_calls_df(memory)
+    finished = calls[calls["start"].notna() & calls["end"].notna()]
+    assert len(finished) >= 3
+    assert (finished["duration"] == finished["end"] - finished["start"]).all()
+    assert (finished["duration"] >= pd.Timedelta(0)).all()
+    msgs = messages_df(memory)
+    e = msgs[msgs["session_id"] == "ses_e_manual"]
+    assert e["created"].iloc[0] == pd.Timestamp(OLD + 1, unit="s", tz="UTC")
+    assert e["duration"].iloc[1] == pd.Timedelta(seconds=3.5)
+    assert e["completed"].iloc[0] is pd.NaT  # a user message is never "completed"
+    s = sessions_df(memory, "ses_e_manual")
+    assert s["duration"].iloc[0] == pd.Timedelta(seconds=9)
+
+
+def test_unicode_round_trip(backend):
+    parts = parts_df(backend, "ses_a")
+    texts = parts["text"].dropna().tolist()
+    assert UNICODE_USER in texts
+    assert "Hello wörld 🌍" in texts and "réfléchir…" in texts and "done ✓" in texts
+    calls = tool_calls_df(backend, "ses_a")
+    look = calls[calls["tool"] == "lookup"].iloc[0]
+    assert json.loads(look["input"]) == {"q": "é日本", "n": 2, "nested": {"k": [1, 2], "deep": {"x": "ÿ"}}}
+    assert "é日本" in look["input"]  # compact JSON, not \\u-escaped
+    assert look["output"] == "found é日本 ×2 ✓"
+    boom = calls[calls["tool"] == "boom"].iloc[0]
+    assert boom["status"] == "error" and "kaputt ü" in boom["error"] and pd.isna(boom["output"])
+    assert sessions_df(backend, "ses_a")["title"].iloc[0] == "première question — 日本語 🌍"
+    comp = parts_df(backend, "ses_e_manual")
+    assert comp.loc[comp["type"] == "compaction", "text"].tolist() == ["Résumé: 3 ✓"]
+
+
+def test_abort_then_resume_shows_interrupted_and_recalled(backend):
+    calls = tool_calls_df(backend, "ses_b").set_index("tool")
+    read, send = calls.loc["slow_read"], calls.loc["send"]
+    assert read["status"] == "completed" and bool(read["recalled"]) and not read["interrupted"]
+    assert read["output"] == "content of a.txt"
+    assert json.loads(read["metadata"]) == {"recalled": True}
+    assert send["status"] == "error" and bool(send["interrupted"]) and not send["recalled"]
+    assert send["interrupt_reason"] == "resume"
+    assert "Interrupted" in send["error"]
+    assert pd.isna(send["start"]) and pd.notna(send["end"])  # never started
+    assert pd.isna(send["duration"])
+    msgs = messages_df(backend, "ses_b")
+    first_step = msgs[msgs["role"] == "assistant"].iloc[0]
+    assert first_step["error_reason"] == "UnfinishedAssistantMessage"
+    assert first_step["finish_reason"] is pd.NA
+    summ = session_summary(backend, "ses_b").iloc[0]
+    assert (summ["interrupts"], summ["recalls"], summ["errors"], summ["tool_calls"]) == (1, 1, 0, 2)
+    assert (summ["completed"], summ["error"], summ["steps"], summ["step_errors"]) == (1, 1, 2, 1)
+
+
+def test_interrupt_reasons_blocked_and_prompt(backend):
+    calls = tool_calls_df(backend)
+    by = {(r.session_id, r.tool): r for r in calls.itertuples()}
+    strict = by[("ses_c", "strict")]
+    assert strict.status == "error" and not strict.interrupted and "strict failed" in strict.error
+    blocked = by[("ses_c", "lookup")]
+    assert blocked.interrupted and blocked.interrupt_reason == "blocked"
+    prompt = by[("ses_d", "slow_read")]
+    assert prompt.interrupted and prompt.interrupt_reason == "prompt" and not prompt.recalled
+    assert pd.notna(prompt.start)  # it was running when the run was aborted
+    assert sorted(calls["interrupt_reason"].dropna().astype(str)) == ["blocked", "prompt", "resume"]
+
+
+def test_tokens_nullable(backend):
+    msgs = messages_df(backend, "ses_a")
+    user = msgs[msgs["role"] == "user"]
+    asst = msgs[msgs["role"] == "assistant"]
+    assert user["input_tokens"].isna().all() and user["model_id"].isna().all()
+    assert asst["input_tokens"].tolist() == [10, 20]
+    assert asst["cached_tokens"].tolist() == [0, 2]
+    assert asst["finish_reason"].tolist() == ["tool-calls", "stop"]
+    assert asst["model_id"].tolist() == ["scripted", "scripted"]
+    assert (asst["parent_id"] == user["message_id"].iloc[0]).all()
+
+
+def test_session_summary_values(backend):
+    s = session_summary(backend).set_index("session_id")
+    a = s.loc["ses_a"]
+    assert (a["steps"], a["tool_calls"], a["completed"], a["errors"], a["interrupts"], a["recalls"]) == (2, 2, 1, 1, 0, 0)
+    assert (a["input_tokens"], a["output_tokens"], a["reasoning_tokens"], a["cached_tokens"]) == (30, 8, 1, 2)
+    assert a["messages"] == 3 and a["pending"] == 0 and a["running"] == 0
+    c = s.loc["ses_c"]
+    assert (c["errors"], c["interrupts"]) == (1, 1)
+    e = s.loc["ses_e_manual"]
+    assert (e["steps"], e["tool_calls"], e["tool_time"]) == (1, 0, pd.Timedelta(0))
+    assert e["wall_time"] == pd.Timedelta(seconds=4.5) and e["step_time"] == pd.Timedelta(seconds=3.5)
+    calls = tool_calls_df(backend)
+    assert s["tool_calls"].sum() == len(calls)
+    assert s["tool_time"].sum() == calls["duration"].sum()
+
+
+# --------------------------------------------------------------------------- filters
+
+
+def test_filter_by_session_ids(backend):
+    for fn in VIEWS.values():
+        one = fn(backend, "ses_b")
+        assert set(one["session_id"]) == {"ses_b"}
+        two = fn(backend, ["ses_b", "ses_a", "ses_b"])
+        assert set(two["session_id"]) == {"ses_a", "ses_b"}
+        assert two["session_id"].tolist() == sorted(two["session_id"].tolist())
+        assert len(fn(backend, pd.Series(["ses_a"]))) == len(fn(backend, "ses_a"))
+        assert len(fn(backend, [])) == 0 and len(fn(backend, "nope")) == 0
+        full = fn(backend)
+        sub = full[full["session_id"].isin(["ses_a", "ses_b"])].reset_index(drop=True)
+        pd.testing.assert_frame_equal(two, sub, check_categorical=False)
+
+
+def test_filter_since_until(backend):
+    cut = "2021-01-01"  # the hand-written session is older
+    for name, fn in VIEWS.items():
+        new, old = fn(backend, since=cut), fn(backend, until=cut)
+        assert "ses_e_manual" not in set(new["session_id"]) and len(new) > 0
+        assert set(old["session_id"]) == (set() if name == "tool_calls" else {"ses_e_manual"})
+        assert len(new) + len(old) == len(fn(backend))
+    msgs = messages_df(backend, "ses_b")
+    t = msgs["created"].iloc[2]  # the step written by the resume
+    later = messages_df(backend, "ses_b", since=t)
+    assert later["message_id"].tolist() == msgs["message_id"].iloc[2:].tolist()
+    assert later["order"].tolist() == list(range(1, len(later) + 1))
+    # parts follow their message's creation time; every accepted time form agrees
+    ids = set(later["message_id"])
+    for since in (t, t.to_pydatetime(), t.isoformat(), t.timestamp(), t.tz_localize(None)):
+        got = parts_df(backend, "ses_b", since=since)
+        assert set(got["message_id"]) == ids, since
+    before = parts_df(backend, "ses_b", until=t)
+    assert ids.isdisjoint(before["message_id"]) and len(before) > 0
+
+
+def test_views_work_inside_a_running_loop(memory):
+    async def in_cell():
+        return tool_calls_df(memory), session_summary(memory)
+
+    calls, summ = asyncio.run(in_cell())
+    pd.testing.assert_frame_equal(calls, tool_calls_df(memory))
+    assert len(summ) == 5
+
+
+# --------------------------------------------------------------------------- expand_json
+
+
+def test_expand_json_tool_input(memory):
+    calls = tool_calls_df(memory, "ses_a")
+    wide = expand_json(calls, "input")
+    cols = list(wide.columns)
+    assert "input" not in cols
+    pos = list(calls.columns).index("input")
+    assert cols[:pos] == list(calls.columns)[:pos]
+    new = [c for c in cols if c.startswith("input.")]
+    assert set(new) == {"input.q", "input.n", "input.nested.k", "input.nested.deep.x", "input.x"}
+    look = wide[wide["tool"] == "lookup"].iloc[0]
+    assert look["input.q"] == "é日本" and look["input.n"] == 2 and look["input.nested.deep.x"] == "ÿ"
+    assert look["input.nested.k"] == [1, 2]
+    boom = wide[wide["tool"] == "boom"].iloc[0]
+    assert boom["input.x"] == 1 and pd.isna(boom["input.q"])
+    assert wide.index.equals(calls.index)
+
+
+def test_expand_json_options(memory):
+    calls = tool_calls_df(memory, "ses_a")
+    kept = expand_json(calls, "input", prefix="in_", max_level=0, keep=True)
+    assert "input" in kept.columns and "in_nested" in kept.columns and "in_nested.k" not in kept.columns
+    df = pd.DataFrame({"a": pd.array(['{"k": 1}', None, "[1, 2]", "3"], dtype="string")}, index=[5, 6, 7, 8])
+    out = expand_json(df, "a")
+    assert list(out.columns) == ["a.k", "a.value"]
+    assert out.loc[5, "a.k"] == 1 and pd.isna(out.loc[6, "a.k"]) and out.loc[7, "a.value"] == [1, 2]
+    assert out.loc[8, "a.value"] == 3
+    empty = expand_json(df.iloc[:0], "a")
+    assert len(empty) == 0 and "a" not in empty.columns
+    with pytest.raises(KeyError, match="nope"):
+        expand_json(df, "nope")
+    with pytest.raises(ValueError, match="not JSON"):
+        expand_json(pd.DataFrame({"a": ["{bad"]}), "a")
+    with pytest.raises(ValueError, match="already exist"):
+        expand_json(pd.DataFrame({"a": ['{"k": 1}'], "a.k": [0]}), "a")
+    with pytest.raises(TypeError):
+        expand_json([1], "a")
+
+
+def test_frames_serialize(memory, tmp_path):
+    """JSON strings (not dicts) keep frames writable to parquet and printable deterministically."""
+    for name, fn in VIEWS.items():
+        df = fn(memory)
+        path = tmp_path / f"{name}.parquet"
+        df.to_parquet(path)
+        back = pd.read_parquet(path)
+        assert len(back) == len(df) and list(back.columns) == list(df.columns)
+
+
+def test_time_read_off_a_frame_selects_its_own_row(backend):
+    """since/until compare whole microseconds, as the frames show times (no float surprises)."""
+    msgs = messages_df(backend)
+    for row in msgs.itertuples():
+        got = messages_df(backend, row.session_id, since=row.created)
+        assert got["message_id"].iloc[0] == row.message_id
+        before = messages_df(backend, row.session_id, until=row.created)
+        assert row.message_id not in set(before["message_id"])
+        assert len(got) + len(before) == int((msgs["session_id"] == row.session_id).sum())
+    calls = tool_calls_df(backend)
+    t = messages_df(backend, "ses_a")["created"].iloc[1]
+    assert set(tool_calls_df(backend, since=t, until=t + pd.Timedelta(microseconds=1))["session_id"]) == {"ses_a"}
+    assert len(tool_calls_df(backend, since=t, until=t)) == 0 and len(calls) > 0
+
+
+def test_long_id_lists_are_filtered_after_the_query(memory, sqlite_db, monkeypatch):
+    monkeypatch.setattr(frames, "_MAX_SQL_IDS", 1)
+    ids = ["ses_b", "ses_a", "nope"]
+    for name, fn in VIEWS.items():
+        pd.testing.assert_frame_equal(fn(sqlite_db, ids), fn(memory, ids), check_exact=True)
+        assert set(fn(sqlite_db, ids)["session_id"]) == {"ses_a", "ses_b"}
+    pd.testing.assert_frame_equal(session_summary(sqlite_db, ids), session_summary(memory, ids))
+
+
+def test_rows_sorted_by_code_point_on_every_backend(empty_backend):
+    """Session ids a collation would sort differently come out in Python's order everywhere."""
+    src = MemoryPersistence()
+    ids = ["alpha", "Zeta", "_x", "é", "ab", "a-b", "B"]
+
+    async def fill():
+        for i, sid in enumerate(ids):
+            t = OLD + i
+            await src.upsert_session(Session(id=sid, title=sid, time=SessionTime(created=t, updated=t)))
+            u = UserMessage(id=f"msg_{i:04d}", session_id=sid, time=MessageTime(created=t))
+            await src.upsert_message(u)
+            await src.upsert_part(TextPart(id=f"prt_{i:04d}", session_id=sid, message_id=u.id, text=sid))
+        await copy_history(src, empty_backend) if empty_backend is not src else None
+
+    asyncio.run(fill())
+    for fn in (sessions_df, messages_df, parts_df):
+        got = fn(empty_backend)["session_id"].tolist()
+        assert got == sorted(ids)
+        pd.testing.assert_frame_equal(fn(empty_backend), fn(src), check_exact=True)
+
+
+def test_urls_and_engines_must_hold_we0nb_tables(tmp_path):
+    import sqlalchemy as sa
+
+    missing = tmp_path / "missing.db"
+    with pytest.raises(ValueError, match="No SQLite database"):
+        parts_df(f"sqlite:///{missing}")
+    assert not missing.exists()  # not created as a side effect
+    other = tmp_path / "other.db"
+    eng = sa.create_engine(f"sqlite:///{other}")
+    with eng.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (x INTEGER)")
+    with pytest.raises(ValueError, match="no we0nb tables"):
+        tool_calls_df(eng)
+    with pytest.raises(ValueError, match="no we0nb tables"):
+        sessions_df(f"sqlite:///{other}")
+    eng.dispose()
+
+
+def test_sync_url_mapping():
+    assert str(frames._sync_url("sqlite+aiosqlite:///x.db")) == "sqlite:///x.db"
+    assert frames._sync_url("postgresql://u@h/db").drivername == "postgresql+psycopg"
+    assert frames._sync_url("postgresql+asyncpg://u@h/db").drivername == "postgresql+psycopg"
+    assert frames._sync_url("postgresql+psycopg_async://u@h/db").drivername == "postgresql+psycopg"
+    assert frames._sync_url("sqlite:///x.db").drivername == "sqlite"

@@ -1,0 +1,157 @@
+"""Plots of transcripts: the session timeline and the tool latency/outcome charts (Agg backend)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.colors import to_rgba  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from we0nb import MemoryPersistence, ScriptedModel, We0Agent  # noqa: E402
+from we0nb.notebook.frames import tool_calls_df  # noqa: E402
+from we0nb.notebook.plots import STEP_COLORS, TOOL_COLORS, plot_timeline, plot_tools, tool_outcome  # noqa: E402
+
+from test_frames import build_history, copy_history  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def memory():
+    return build_history()
+
+
+def _bars(ax):
+    return [p for p in ax.patches if isinstance(p, matplotlib.patches.Rectangle)]
+
+
+def test_timeline_bars_per_step_and_call(memory):
+    fig = plot_timeline(memory, "ses_b")
+    assert isinstance(fig, Figure)
+    ax = fig.axes[0]
+    bars = _bars(ax)
+    # 2 steps (the aborted one, closed by recovery, and the one after) + 2 tool calls
+    assert len(bars) == 4
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["step 1", "  slow_read", "  send", "step 2"]
+    colors = [b.get_facecolor() for b in bars]
+    assert colors[0] == to_rgba(STEP_COLORS["recovered"])
+    assert colors[1] == to_rgba(TOOL_COLORS["completed"]) and bars[1].get_hatch() == ".."  # recalled
+    assert colors[2] == to_rgba(TOOL_COLORS["interrupted"])
+    assert colors[3] == to_rgba(STEP_COLORS["completed"])
+    assert all(b.get_width() > 0 for b in bars)
+    assert plt.fignum_exists(fig.number) is False  # closed in pyplot: displayed once, as the cell value
+    fig.canvas.draw()
+
+
+def test_timeline_counts_for_every_session(memory):
+    calls = tool_calls_df(memory)
+    for sid, steps in (("ses_a", 2), ("ses_c", 2), ("ses_d", 2), ("ses_e_manual", 1)):
+        fig = plot_timeline(memory, sid)
+        n_calls = int((calls["session_id"] == sid).sum())
+        assert len(_bars(fig.axes[0])) == steps + n_calls, sid
+    fig = plot_timeline(memory, "ses_c")
+    colors = [b.get_facecolor() for b in _bars(fig.axes[0])]
+    assert colors[1] == to_rgba(TOOL_COLORS["error"]) and colors[2] == to_rgba(TOOL_COLORS["interrupted"])
+
+
+def test_timeline_into_given_axes_and_errors(memory):
+    fig, ax = plt.subplots()
+    try:
+        assert plot_timeline(memory, "ses_a", ax=ax, title="mine") is fig
+        assert ax.get_title() == "mine" and len(_bars(ax)) == 4
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="no messages"):
+        plot_timeline(memory, "nope")
+    with pytest.raises(TypeError):
+        plot_timeline(memory, ["ses_a"])
+
+
+def test_timeline_unfinished_calls_are_hatched():
+    """A session left aborted (not resumed): the step and the running call run to the end."""
+    p = MemoryPersistence()
+    from we0nb import text, tool, tool_call, user_message
+
+    box = {}
+
+    @tool
+    async def hang() -> str:
+        box["ev"].set()
+        await asyncio.sleep(30)
+        return "never"
+
+    async def go():
+        agent = We0Agent(ScriptedModel([[text("go"), tool_call("hang"), tool_call("hang")]]), [hang], persistence=p)
+        box["ev"] = asyncio.Event()
+        with pytest.raises(asyncio.CancelledError):
+            await agent.invoke(abort=box["ev"], session_id="s", messages=[user_message("x")])
+
+    asyncio.run(go())
+    ax = plot_timeline(p, "s").axes[0]
+    bars = _bars(ax)
+    assert len(bars) == 3
+    assert [b.get_hatch() for b in bars] == ["//", "//", "//"]
+    assert [b.get_facecolor() for b in bars] == [to_rgba(STEP_COLORS["unfinished"]), to_rgba(TOOL_COLORS["running"]),
+                                                 to_rgba(TOOL_COLORS["pending"])]
+
+
+def test_tools_chart_bars(memory):
+    fig = plot_tools(memory)
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    lat, out = fig.axes
+    calls = tool_calls_df(memory)
+    tools = sorted(calls["tool"].unique().tolist())
+    assert len(tools) == 5
+    assert len(_bars(lat)) == len(tools)
+    assert len(_bars(out)) == 4 * len(tools)  # one stacked segment per outcome per tool
+    assert [t.get_text() for t in lat.get_yticklabels()] == tools
+    # the stacked widths add up to each tool's number of calls
+    widths = {}
+    for b in _bars(out):
+        y = round(b.get_y() + b.get_height() / 2)
+        widths[y] = widths.get(y, 0) + b.get_width()
+    assert [widths[i] for i in range(len(tools))] == [int((calls["tool"] == t).sum()) for t in tools]
+    # median latency of a tool with finished calls is its bar's length
+    look = calls[calls["tool"] == "lookup"]["duration"].dt.total_seconds().median()
+    assert _bars(lat)[tools.index("lookup")].get_width() == pytest.approx(look)
+    fig.canvas.draw()
+
+
+def test_tools_chart_filters_empty_and_axes(memory):
+    fig = plot_tools(memory, "ses_b")
+    assert len(_bars(fig.axes[0])) == 2 and len(_bars(fig.axes[1])) == 8
+    empty = plot_tools(MemoryPersistence())
+    assert all(len(_bars(a)) == 0 for a in empty.axes)
+    assert any(t.get_text() == "no tool calls" for t in empty.axes[0].texts)
+    f, axes = plt.subplots(1, 2)
+    try:
+        assert plot_tools(memory, axes=axes) is f
+    finally:
+        plt.close(f)
+    with pytest.raises(ValueError, match="two axes"):
+        plot_tools(memory, axes=[axes[0]])
+
+
+def test_tool_outcome(memory):
+    calls = tool_calls_df(memory)
+    out = tool_outcome(calls)
+    assert out[calls["interrupted"]].eq("interrupted").all()
+    assert (out == "error").sum() == int(((calls["status"] == "error") & ~calls["interrupted"]).sum())
+    assert list(out.cat.categories) == ["completed", "error", "interrupted", "unfinished"]
+
+
+def test_plots_same_on_sqlite(memory, tmp_path):
+    from we0nb import SqlPersistence
+
+    sp = SqlPersistence(f"sqlite:///{tmp_path / 'p.db'}")
+    asyncio.run(copy_history(memory, sp))
+    for make in (lambda p: plot_tools(p), lambda p: plot_timeline(p, "ses_b")):
+        a, b = make(memory), make(sp)
+        for ax_a, ax_b in zip(a.axes, b.axes):
+            geo = lambda ax: [(r.get_x(), r.get_y(), r.get_width(), r.get_facecolor()) for r in _bars(ax)]  # noqa: E731
+            assert geo(ax_a) == geo(ax_b)

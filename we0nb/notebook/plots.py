@@ -1,0 +1,205 @@
+"""Plots of persisted transcripts (matplotlib): a session timeline and tool latency/failures.
+
+Both functions return the matplotlib ``Figure``. It is closed in pyplot's registry, so a
+notebook shows it exactly once — as the cell's value (``plot_tools(agent)`` on the last
+line) — and a script can ``fig.savefig(...)`` it. Pass ``ax=`` to draw into your own axes.
+They read the data through :mod:`we0nb.notebook.frames`, so they accept everything the
+frames accept (a persistence, an agent, an Engine, a URL).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from .frames import SessionIds, TimeLike, messages_df, tool_calls_df
+
+__all__ = ["plot_timeline", "plot_tools", "STEP_COLORS", "TOOL_COLORS", "tool_outcome"]
+
+#: colours by status (colour-blind-safe Okabe–Ito palette)
+TOOL_COLORS = {
+    "completed": "#009E73",
+    "error": "#D55E00",
+    "interrupted": "#E69F00",
+    "running": "#0072B2",
+    "pending": "#999999",
+}
+STEP_COLORS = {
+    "completed": "#56B4E9",
+    "error": "#D55E00",
+    "recovered": "#CC79A7",
+    "unfinished": "#999999",
+}
+OUTCOMES = ("completed", "error", "interrupted", "unfinished")
+_OUTCOME_COLORS = {"completed": TOOL_COLORS["completed"], "error": TOOL_COLORS["error"],
+                   "interrupted": TOOL_COLORS["interrupted"], "unfinished": TOOL_COLORS["pending"]}
+
+
+def _new_axes(ncols: int = 1, figsize: Optional[tuple[float, float]] = None):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, ncols, figsize=figsize, squeeze=False)
+    plt.close(fig)  # shown once, as the value it is returned as (not again by the inline backend)
+    return fig, list(axes[0])
+
+
+def tool_outcome(calls: pd.DataFrame) -> pd.Series:
+    """Each tool call's outcome: ``completed``, ``error`` (failed), ``interrupted`` or ``unfinished``."""
+    out = pd.Series("unfinished", index=calls.index, dtype=object)
+    out[calls["status"] == "completed"] = "completed"
+    out[(calls["status"] == "error") & ~calls["interrupted"]] = "error"
+    out[calls["interrupted"]] = "interrupted"
+    return pd.Series(pd.Categorical(out, categories=list(OUTCOMES)), index=calls.index, name="outcome")
+
+
+def _step_status(msg: pd.Series) -> str:
+    if pd.isna(msg["completed"]):
+        return "unfinished"
+    reason = msg["error_reason"]
+    if pd.isna(reason):
+        return "completed"
+    return "recovered" if reason == "UnfinishedAssistantMessage" else "error"
+
+
+def _call_status(call: pd.Series) -> str:
+    if call["interrupted"]:
+        return "interrupted"
+    return str(call["status"])
+
+
+def plot_timeline(p: Any, session_id: str, *, ax: Any = None, title: Optional[str] = None) -> Any:
+    """The steps and tool calls of one session as bars over time, coloured by status.
+
+    One lane per step (model call: created → completed; an unfinished step runs to the
+    end of the plot, hatched) followed by one lane per tool call of that step (start →
+    end; a call that never started is a thin bar at the time it ended, an unfinished one
+    runs to the end, hatched; recalled calls are dotted). User messages are dashed
+    vertical lines. The x axis is seconds since the session's first message.
+    Returns the Figure.
+    """
+    if not isinstance(session_id, str):
+        raise TypeError("plot_timeline(p, session_id): session_id must be one session id (a string).")
+    msgs = messages_df(p, session_id)
+    if msgs.empty:
+        raise ValueError(f"Session {session_id!r} has no messages to plot.")
+    calls = tool_calls_df(p, session_id)
+    t0 = msgs["created"].min()
+    times = pd.concat([msgs["created"], msgs["completed"], calls["start"], calls["end"]]).dropna()
+    t_end = (times.max() - t0).total_seconds()
+    span = max(t_end, 1e-3)
+    min_w = span * 0.004
+
+    def sec(ts: Any) -> float:
+        return float("nan") if pd.isna(ts) else (ts - t0).total_seconds()
+
+    if ax is None:
+        n_lanes = int((msgs["role"] == "assistant").sum()) + len(calls)
+        fig, (ax,) = _new_axes(1, figsize=(10, max(2.0, 0.32 * n_lanes + 1.2)))
+    else:
+        fig = ax.figure
+
+    labels: list[str] = []
+    lane = 0
+    by_msg = {mid: g for mid, g in calls.groupby("message_id", sort=False, observed=True)}
+    step_no = 0
+    for _, m in msgs.iterrows():
+        if m["role"] == "user":
+            ax.axvline(sec(m["created"]), color="#444444", linestyle="--", linewidth=0.8, zorder=0)
+            continue
+        step_no += 1
+        status = _step_status(m)
+        left = sec(m["created"])
+        right = sec(m["completed"]) if status != "unfinished" else t_end
+        ax.barh(lane, max(right - left, min_w), left=left, height=0.7, color=STEP_COLORS[status],
+                edgecolor="black", linewidth=0.4, hatch="//" if status == "unfinished" else None)
+        labels.append(f"step {step_no}")
+        lane += 1
+        for _, c in by_msg.get(m["message_id"], pd.DataFrame()).iterrows():
+            cstatus = _call_status(c)
+            start, end = sec(c["start"]), sec(c["end"])
+            unfinished = cstatus in ("pending", "running")
+            if np.isnan(start):
+                start = end if not np.isnan(end) else left
+            if np.isnan(end):
+                end = t_end if unfinished else start
+            hatch = "//" if unfinished else (".." if c["recalled"] else None)
+            ax.barh(lane, max(end - start, min_w), left=start, height=0.5, color=TOOL_COLORS[cstatus],
+                    edgecolor="black", linewidth=0.4, hatch=hatch)
+            labels.append(f"  {c['tool']}")
+            lane += 1
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_xlabel("seconds since the first message")
+    ax.set_title(title if title is not None else f"session {session_id}")
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=c, edgecolor="black", label=f"step {k}") for k, c in STEP_COLORS.items()]
+    handles += [Patch(facecolor=c, edgecolor="black", label=f"tool {k}") for k, c in TOOL_COLORS.items()]
+    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_tools(p: Any, session_id: SessionIds = None, *, since: TimeLike = None, until: TimeLike = None,
+               axes: Any = None) -> Any:
+    """Tool latency and failures across sessions: two charts, one bar row per tool.
+
+    Left: latency per tool — the median duration of its finished calls, with a whisker to
+    the 90th percentile (seconds). Right: the calls of each tool stacked by outcome
+    (completed, error, interrupted, unfinished), labelled with the failure rate
+    (errors + interrupts over all calls). ``axes`` = two matplotlib axes to draw into.
+    Returns the Figure.
+    """
+    calls = tool_calls_df(p, session_id, since=since, until=until)
+    if axes is None:
+        n_tools = max(1, calls["tool"].nunique())
+        fig, axes = _new_axes(2, figsize=(11, max(2.0, 0.45 * n_tools + 1.3)))
+    else:
+        axes = list(axes)
+        if len(axes) != 2:
+            raise ValueError("plot_tools(axes=...): expected two axes (latency, outcomes).")
+        fig = axes[0].figure
+    lat_ax, out_ax = axes
+    if calls.empty:
+        for a in axes:
+            a.text(0.5, 0.5, "no tool calls", ha="center", va="center", transform=a.transAxes)
+            a.set_axis_off()
+        return fig
+    tools = sorted(calls["tool"].dropna().unique().tolist())
+    y = np.arange(len(tools))
+    secs = calls["duration"].dt.total_seconds()
+    med = secs.groupby(calls["tool"], observed=True).median().reindex(tools)
+    p90 = secs.groupby(calls["tool"], observed=True).quantile(0.9).reindex(tools)
+    med_v = med.fillna(0.0).to_numpy(dtype=float)
+    whisker = np.clip((p90 - med).fillna(0.0).to_numpy(dtype=float), 0.0, None)
+    lat_ax.barh(y, med_v, xerr=[np.zeros_like(whisker), whisker], color="#56B4E9", edgecolor="black",
+                linewidth=0.4, capsize=3)
+    lat_ax.set_yticks(y, tools)
+    lat_ax.invert_yaxis()
+    lat_ax.set_xlabel("duration, s (median; whisker: 90th percentile)")
+    lat_ax.set_title("tool latency")
+    lat_ax.grid(axis="x", alpha=0.3)
+
+    outcome = tool_outcome(calls)
+    counts = pd.crosstab(calls["tool"].astype(object), outcome).reindex(index=tools, columns=list(OUTCOMES),
+                                                                        fill_value=0)
+    left = np.zeros(len(tools))
+    for name in OUTCOMES:
+        vals = counts[name].to_numpy(dtype=float)
+        out_ax.barh(y, vals, left=left, color=_OUTCOME_COLORS[name], edgecolor="black", linewidth=0.4, label=name)
+        left += vals
+    total = counts.sum(axis=1).to_numpy(dtype=float)
+    failed = (counts["error"] + counts["interrupted"]).to_numpy(dtype=float)
+    for yi, (tot, bad) in enumerate(zip(total, failed)):
+        out_ax.text(tot, yi, f"  {bad / tot:.0%} failed" if tot else "", va="center", fontsize="small")
+    out_ax.set_yticks(y, tools)
+    out_ax.invert_yaxis()
+    out_ax.set_xlabel("calls")
+    out_ax.set_title("tool calls by outcome")
+    out_ax.set_xlim(0, max(1.0, float(total.max())) * 1.25)
+    out_ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    fig.tight_layout()
+    return fig
