@@ -32,16 +32,6 @@ def tools(log: Log):
     return [fetch]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request, tmp_path):
-    if request.param == "memory":
-        yield MemoryPersistence()
-        return
-    from we0nb.persistence.sql import SqlPersistence
-
-    p = SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}")
-    yield p
-    await p.close()
 
 
 def build(steps, *, window=1000, persistence=None, **kw):

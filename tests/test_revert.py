@@ -14,16 +14,6 @@ from enginekit import Log, make_tools, seed, state
 SID = "ses_r"
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request, tmp_path):
-    if request.param == "memory":
-        yield MemoryPersistence()
-        return
-    from we0nb.persistence.sql import SqlPersistence
-
-    p = SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}")
-    yield p
-    await p.close()
 
 
 async def two_turns(store, extra_steps=()):

@@ -239,6 +239,16 @@ def _is_readonly_error(exc: BaseException) -> bool:
     return "readonly" in text or "read-only" in text or getattr(exc, "sqlite_errorname", "") == "SQLITE_READONLY"
 
 
+def _raise_wrapped(e: BaseException, where: str) -> NoReturn:
+    """Re-raise a driver error, as a PersistenceError that says what to do when it is read-only."""
+    if _is_readonly_error(e):
+        raise PersistenceError(
+            f"The database {where} is read-only ({e}): we0nb writes every message and part as it "
+            "happens. Make the file and its folder writable, or use another database."
+        ) from e
+    raise e
+
+
 def _check_version(value: Any, where: str) -> None:
     try:
         v = int(value)
@@ -377,19 +387,8 @@ class _Inline:
         except sqlite3.Error as e:
             self._raise(e)
 
-    def _wrap(self, e: BaseException) -> BaseException:
-        if _is_readonly_error(e):
-            return PersistenceError(
-                f"The SQLite database {self.where} is read-only ({e}): we0nb writes every message and "
-                "part as it happens. Make the file and its folder writable, or use another database."
-            )
-        return e
-
     def _raise(self, e: BaseException) -> NoReturn:
-        wrapped = self._wrap(e)
-        if wrapped is e:
-            raise e
-        raise wrapped from e
+        _raise_wrapped(e, f"SQLite {self.where}")
 
     def close(self) -> None:
         thread = self.ckpt_thread
@@ -573,19 +572,8 @@ class _Async:
                 self._raise(e)
         self.ready = True
 
-    def _wrap(self, e: BaseException) -> BaseException:
-        if _is_readonly_error(e):
-            return PersistenceError(
-                f"The database {self.owner._where} is read-only ({e}): we0nb writes every message and "
-                "part as it happens. Make it writable, or use another database."
-            )
-        return e
-
     def _raise(self, e: BaseException) -> NoReturn:
-        wrapped = self._wrap(e)
-        if wrapped is e:
-            raise e
-        raise wrapped from e
+        _raise_wrapped(e, self.owner._where)
 
     async def execute(self, key: str, params: dict[str, Any]) -> int:
         eng = await self.auto()
