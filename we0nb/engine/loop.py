@@ -270,16 +270,16 @@ class Run:
         s = await self.p.get_session(self.session_id)
         if s is None:
             t = now()
-            title = ""
-            if self.req.messages:
-                title = self.req.messages[0].text.strip().splitlines()[0][:80] if self.req.messages[0].text.strip() else ""
+            first = self.req.messages[0].text.strip() if self.req.messages else ""
+            title = first.splitlines()[0][:80] if first else ""
             s = Session(id=self.session_id, title=title, time=SessionTime(created=t, updated=t))
             await self.p.upsert_session(s)
         return s
 
     async def _touch_session(self, session: Session) -> None:
-        current = await self.p.get_session(self.session_id) or session
-        await self.p.upsert_session(current.model_copy(update={"time": SessionTime(created=current.time.created, updated=now())}))
+        # the lease makes this run the session's only writer, so ``session`` is current
+        session.time = SessionTime(created=session.time.created, updated=now())
+        await self.p.upsert_session(session)
 
     async def _clear_revert(self, session: Session) -> None:
         """Prompt mode: messages hidden by a revert are deleted for good."""
