@@ -51,6 +51,8 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 import numpy as np
 import pandas as pd
 
+from ..persistence.schema import message_columns, part_columns
+
 __all__ = [
     "sessions_df",
     "messages_df",
@@ -490,45 +492,13 @@ def _port_messages_raw(p: Any, ids, since, until) -> dict[str, list]:
     raw: dict[str, list] = {k: [] for k in names}
     for sid, m in _port_messages(transcripts, since, until):
         info = m.info
-        assistant = info.role == "assistant"
-        usage = info.usage if assistant else None
-        row = {
-            "session_id": sid,
-            "message_id": info.id,
-            "role": info.role,
-            "created": info.time.created,
-            "completed": info.time.completed,
-            "parent_id": info.parent_id if assistant else None,
-            # the same flattening as the SQL columns (lengths as in persistence.schema)
-            "model_id": _cut(info.model_id, 128) if assistant else None,
-            "finish_reason": _cut(info.finish_reason, 32) if assistant else None,
-            "error_reason": _cut(info.error.reason, 128) if info.error is not None else None,
-            "error_message": info.error.message if info.error is not None else None,
-            "input_tokens": usage.input_tokens if usage is not None else None,
-            "output_tokens": usage.output_tokens if usage is not None else None,
-            "reasoning_tokens": usage.reasoning_tokens if usage is not None else None,
-            "cached_tokens": usage.cached_tokens if usage is not None else None,
-            "summary": bool(getattr(info, "summary", False)),
-        }
+        # the SQL columns' flattening, so both routes give the same frame
+        row = message_columns(info)
+        row["session_id"] = sid
+        row["message_id"] = info.id
         for k in names:
             raw[k].append(row[k])
     return raw
-
-
-def _cut(s: Optional[str], n: int) -> Optional[str]:
-    # the SQL columns have lengths; mirror them so both routes give the same frame
-    return s[:n] if s is not None and len(s) > n else s
-
-
-def _part_times(part: Any) -> tuple[Optional[float], Optional[float]]:
-    t = part.type
-    if t == "tool":
-        tm = getattr(part.state, "time", None)
-        return (tm.start, tm.end) if tm is not None else (None, None)
-    if t in ("text", "reasoning"):
-        return (part.time.start, part.time.end) if part.time is not None else (None, None)
-    tm = getattr(part, "time", None)
-    return (tm, tm) if isinstance(tm, (int, float)) else (None, None)
 
 
 def _port_parts_raw(p: Any, ids, since, until, tools_only: bool) -> dict[str, list]:
@@ -541,21 +511,21 @@ def _port_parts_raw(p: Any, ids, since, until, tools_only: bool) -> dict[str, li
             t = part.type
             if tools_only and t != "tool":
                 continue
-            start, end = _part_times(part)
+            cols = part_columns(part)  # the SQL columns' flattening (persistence.schema)
             row: dict[str, Any] = {
                 "session_id": sid,
                 "message_id": part.message_id,
                 "part_id": part.id,
                 "type": t,
-                "start": start,
-                "end": end,
+                "start": cols["time_start"],
+                "end": cols["time_end"],
                 "text": None,
-                "tool": None,
-                "call_id": None,
-                "status": None,
-                "interrupted": False,
-                "interrupt_reason": None,
-                "recalled": False,
+                "tool": cols["tool"],
+                "call_id": cols["call_id"],
+                "status": cols["status"],
+                "interrupted": cols["interrupted"],
+                "interrupt_reason": cols["interrupt_reason"],
+                "recalled": cols["recalled"],
             }
             if t in ("text", "reasoning"):
                 row["text"] = part.text
@@ -564,15 +534,7 @@ def _port_parts_raw(p: Any, ids, since, until, tools_only: bool) -> dict[str, li
             elif t == "tool":
                 st = part.state
                 meta = getattr(st, "metadata", None)
-                reason = meta.get("reason") if meta else None
-                # the same flattening as the SQL columns (see persistence.schema)
                 row.update(
-                    tool=_cut(part.tool, 128),
-                    call_id=_cut(part.call_id, 128),
-                    status=st.status,
-                    interrupted=bool(meta) and meta.get("interrupted") is True,
-                    interrupt_reason=_cut(reason, 16) if isinstance(reason, str) else None,
-                    recalled=bool(meta) and meta.get("recalled") is True,
                     input=_dump(st.input),
                     output=getattr(st, "output", None),
                     error=getattr(st, "error", None),

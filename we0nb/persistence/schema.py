@@ -15,9 +15,12 @@ Column semantics (SqlPersistence fills them, the frames read them):
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
 
-__all__ = ["SCHEMA_VERSION", "metadata", "meta", "sessions", "messages", "parts", "leases"]
+__all__ = ["SCHEMA_VERSION", "metadata", "meta", "sessions", "messages", "parts", "leases",
+           "cut", "message_columns", "part_columns"]
 
 #: bump when the tables change; a database with a higher version is refused
 SCHEMA_VERSION = 1
@@ -96,3 +99,85 @@ leases = Table(
     Column("run_id", String(64), nullable=False),
     Column("expires", Float, nullable=False),
 )
+
+
+# --------------------------------------------------------------------------- flattening
+# The one definition of the flattened columns: SqlPersistence writes them, and the
+# data-frame views apply them to in-memory transcripts, so both routes give one frame.
+
+
+def cut(s: Optional[str], n: int) -> Optional[str]:
+    """Fit a value to its column's length (PostgreSQL enforces them); ``data`` keeps it whole."""
+    if s is not None and len(s) > n:
+        return s[:n]
+    return s
+
+
+def message_columns(m: Any) -> dict[str, Any]:
+    """A message's flattened columns (all but ``data``)."""
+    err = m.error
+    row = {
+        "id": m.id,
+        "session_id": m.session_id,
+        "role": m.role,
+        "created": m.time.created,
+        "completed": m.time.completed,
+        "error_reason": cut(err.reason, 128) if err is not None else None,
+        "error_message": err.message if err is not None else None,
+    }
+    if m.role == "assistant":
+        u = m.usage  # type: ignore[union-attr]
+        row.update(
+            parent_id=m.parent_id,  # type: ignore[union-attr]
+            model_id=cut(m.model_id, 128),  # type: ignore[union-attr]
+            finish_reason=cut(m.finish_reason, 32),  # type: ignore[union-attr]
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            reasoning_tokens=u.reasoning_tokens,
+            cached_tokens=u.cached_tokens,
+            summary=bool(m.summary),  # type: ignore[union-attr]
+        )
+    else:
+        row.update(parent_id=None, model_id=None, finish_reason=None, input_tokens=None,
+                   output_tokens=None, reasoning_tokens=None, cached_tokens=None, summary=False)
+    return row
+
+
+def part_columns(p: Any) -> dict[str, Any]:
+    """A part's flattened columns (all but ``data``), as the module docstring describes."""
+    ptype = p.type
+    tool = call_id = status = reason = None
+    start = end = None
+    interrupted = recalled = False
+    if ptype == "tool":
+        st = p.state
+        tool, call_id, status = cut(p.tool, 128), cut(p.call_id, 128), st.status
+        t = getattr(st, "time", None)
+        if t is not None:
+            start, end = t.start, t.end
+        md = getattr(st, "metadata", None)
+        if md:
+            interrupted = md.get("interrupted") is True
+            recalled = md.get("recalled") is True
+            r = md.get("reason")
+            reason = cut(r, 16) if isinstance(r, str) else None
+    elif ptype == "text" or ptype == "reasoning":
+        t = p.time
+        if t is not None:
+            start, end = t.start, t.end
+    else:  # step-start, step-finish, compaction: a single time
+        start = end = p.time
+    return {
+        "id": p.id,
+        "session_id": p.session_id,
+        "message_id": p.message_id,
+        "type": ptype,
+        "tool": tool,
+        "call_id": call_id,
+        "status": status,
+        "time_start": start,
+        "time_end": end,
+        "interrupted": interrupted,
+        "interrupt_reason": reason,
+        "recalled": recalled,
+    }

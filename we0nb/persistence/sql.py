@@ -121,13 +121,6 @@ _SQL_PG = {k: _PYFORMAT.sub(r"%(\1)s", v) for k, v in _SQL.items()}
 # --------------------------------------------------------------------------- rows
 
 
-def _cut(s: Optional[str], n: int) -> Optional[str]:
-    # flattened columns have lengths (PostgreSQL enforces them); ``data`` keeps the full value
-    if s is not None and len(s) > n:
-        return s[:n]
-    return s
-
-
 def _session_row(s: Session) -> dict[str, Any]:
     return {
         "id": s.id,
@@ -140,73 +133,15 @@ def _session_row(s: Session) -> dict[str, Any]:
 
 
 def _message_row(m: MessageInfo) -> dict[str, Any]:
-    err = m.error
-    row = {
-        "id": m.id,
-        "session_id": m.session_id,
-        "role": m.role,
-        "created": m.time.created,
-        "completed": m.time.completed,
-        "error_reason": _cut(err.reason, 128) if err is not None else None,
-        "error_message": err.message if err is not None else None,
-        "data": m.model_dump_json(),
-    }
-    if m.role == "assistant":
-        u = m.usage  # type: ignore[union-attr]
-        row.update(
-            parent_id=m.parent_id,  # type: ignore[union-attr]
-            model_id=_cut(m.model_id, 128),  # type: ignore[union-attr]
-            finish_reason=_cut(m.finish_reason, 32),  # type: ignore[union-attr]
-            input_tokens=u.input_tokens,
-            output_tokens=u.output_tokens,
-            reasoning_tokens=u.reasoning_tokens,
-            cached_tokens=u.cached_tokens,
-            summary=bool(m.summary),  # type: ignore[union-attr]
-        )
-    else:
-        row.update(parent_id=None, model_id=None, finish_reason=None, input_tokens=None,
-                   output_tokens=None, reasoning_tokens=None, cached_tokens=None, summary=False)
+    row = S.message_columns(m)
+    row["data"] = m.model_dump_json()
     return row
 
 
 def _part_row(p: Any) -> dict[str, Any]:
-    ptype = p.type
-    tool = call_id = status = reason = None
-    start = end = None
-    interrupted = recalled = False
-    if ptype == "tool":
-        st = p.state
-        tool, call_id, status = _cut(p.tool, 128), _cut(p.call_id, 128), st.status
-        t = getattr(st, "time", None)
-        if t is not None:
-            start, end = t.start, t.end
-        md = getattr(st, "metadata", None)
-        if md:
-            interrupted = md.get("interrupted") is True
-            recalled = md.get("recalled") is True
-            r = md.get("reason")
-            reason = _cut(r, 16) if isinstance(r, str) else None
-    elif ptype == "text" or ptype == "reasoning":
-        t = p.time
-        if t is not None:
-            start, end = t.start, t.end
-    else:  # step-start, step-finish, compaction: a single time
-        start = end = p.time
-    return {
-        "id": p.id,
-        "session_id": p.session_id,
-        "message_id": p.message_id,
-        "type": ptype,
-        "tool": tool,
-        "call_id": call_id,
-        "status": status,
-        "time_start": start,
-        "time_end": end,
-        "interrupted": interrupted,
-        "interrupt_reason": reason,
-        "recalled": recalled,
-        "data": p.model_dump_json(),
-    }
+    row = S.part_columns(p)
+    row["data"] = p.model_dump_json()
+    return row
 
 
 # --------------------------------------------------------------------------- helpers
