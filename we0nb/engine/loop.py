@@ -144,17 +144,21 @@ class Run:
 
     # ------------------------------------------------------------------ persistence helpers
 
-    async def _write_part(self, part: Part) -> None:
-        """Write ``part``, together with every part not written yet (one transaction)."""
+    async def _write(self, message: Optional[AssistantMessage], *parts: Part) -> None:
+        """Write ``message`` and ``parts`` with every part not written yet, in one transaction."""
         dirty = self._dirty
-        if dirty:
+        for part in parts:
             dirty.pop(part.id, None)
-            if dirty:
-                batch = [*dirty.values(), part]
-                dirty.clear()
-                await self.p.upsert_batch(None, batch)
-                return
-        await self.p.upsert_part(part)
+        if dirty:
+            parts = (*dirty.values(), *parts)
+            dirty.clear()
+        if message is None and len(parts) == 1:
+            await self.p.upsert_part(parts[0])
+        elif message is not None or parts:
+            await self.p.upsert_batch(message, parts)
+
+    async def _write_part(self, part: Part) -> None:
+        await self._write(None, part)
 
     def _materialize(self) -> None:
         part = self._open
@@ -180,10 +184,7 @@ class Run:
         self._materialize()
         if self._open is not None:
             self._dirty[self._open.id] = self._open
-        if self._dirty:
-            batch = list(self._dirty.values())
-            self._dirty.clear()
-            await self.p.upsert_batch(None, batch)
+        await self._write(None)
         await self.p.flush()
 
     # ------------------------------------------------------------------ the run
@@ -416,7 +417,7 @@ class Run:
         self.messages.append(msg)
         start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=info.id, time=t0)
         msg.parts.append(start)
-        await p.upsert_batch(info, [start])  # durability point: the unfinished message exists
+        await self._write(info, start)  # durability point: the unfinished message exists
         yield {"type": "step-start", "step": self.steps, "message": info.model_copy()}
 
         finish = FinishEvent()
@@ -486,9 +487,7 @@ class Run:
                 self._open = None
             info.error = MessageError(reason=type(exc).__name__, message=str(exc) or repr(exc),
                                       metadata={"step": self.steps})
-            batch = list(self._dirty.values())
-            self._dirty.clear()
-            await p.upsert_batch(info, batch)
+            await self._write(info)
             await p.flush()
             raise ModelError(sid, info.id, exc) from exc
         if self._open is not None:
@@ -525,9 +524,7 @@ class Run:
         info.finish_reason = finish.reason
         info.usage = finish.usage
         # durability point: the step's end (with any part not written yet) in one transaction
-        pending = [*self._dirty.values(), sf]
-        self._dirty.clear()
-        await p.upsert_batch(info, pending)
+        await self._write(info, sf)
         if tools:
             yield {"type": "tool", "part": _snapshot(tools[-1])}
         yield {"type": "step-finish", "step": self.steps, "message": info.model_copy(),

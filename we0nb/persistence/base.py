@@ -63,8 +63,7 @@ class Persistence(abc.ABC):
 
     async def upsert_parts(self, parts: Sequence[Part]) -> None:
         """Write several parts at once (one transaction where the backend has them)."""
-        for p in parts:
-            await self.upsert_part(p)
+        await self.upsert_batch(None, parts)
 
     async def upsert_batch(self, message: Optional[MessageInfo], parts: Sequence[Part]) -> None:
         """Write a message and parts together — one transaction where the backend has them.

@@ -802,11 +802,6 @@ class SqlPersistence(Persistence):
     async def upsert_part(self, part: Part) -> None:
         await self._exec("upsert_part", _part_row(part))
 
-    async def upsert_parts(self, parts: Sequence[Part]) -> None:
-        rows = [_part_row(p) for p in parts]
-        if rows:
-            await self._tx([("upsert_part", rows)])
-
     async def upsert_batch(self, message: Optional[MessageInfo], parts: Sequence[Part]) -> None:
         ops: list[tuple[str, Any]] = []
         if message is not None:
