@@ -16,6 +16,8 @@ import os
 import statistics
 import tempfile
 import time
+
+from _stats import spread
 from typing import Any, Callable
 
 from we0nb import MemoryPersistence, ScriptedModel, SqlPersistence, We0Agent, text, user_message
@@ -49,10 +51,6 @@ async def one_run(make: Callable[[], Any], n: int, flush: float) -> tuple[float,
     return dt * 1e6 / n, deltas
 
 
-def stats(xs: list[float]) -> str:
-    return f"min {min(xs):6.2f}  median {statistics.median(xs):6.2f}  max {max(xs):6.2f}"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--deltas", type=int, default=10_000)
@@ -78,7 +76,7 @@ def main() -> None:
     print(f"W1 stream: {args.deltas} deltas, flush_interval={args.flush_interval}s; "
           f"{args.runs} runs after a warm-up (µs per delta)")
     for name, xs in res.items():
-        print(f"  {name:7s} {stats(xs)}   ratio to bare: {statistics.median(xs) / bare_med:6.1f}x")
+        print(f"  {name:7s} {spread(xs, 2, 6)}   ratio to bare: {statistics.median(xs) / bare_med:6.1f}x")
     print("  targets: memory <= 3 µs/delta, SqlPersistence <= 4 µs/delta")
 
 

@@ -15,12 +15,9 @@ import asyncio
 import statistics
 import time
 
+from _stats import spread
+
 from we0nb import MemoryPersistence, ScriptedModel, We0Agent, text, tool, tool_call, user_message
-
-
-def fmt(values: list[float], unit: str, scale: float = 1.0) -> str:
-    v = [x * scale for x in values]
-    return f"min {min(v):.3f} / median {statistics.median(v):.3f} / max {max(v):.3f} {unit}"
 
 
 async def bare(n: int) -> None:
@@ -89,8 +86,8 @@ def main() -> None:
             base.append(await bare_once(n))
             ours.append(await w1_once(n, MemoryPersistence))
         print(f"W1 stream, N={n} deltas, MemoryPersistence, {a.runs} runs")
-        print(f"  we0nb : {fmt([t / n for t in ours], 'µs/delta', 1e6)}")
-        print(f"  bare  : {fmt([t / n for t in base], 'µs/delta', 1e6)}")
+        print(f"  we0nb : {spread([t / n * 1e6 for t in ours], 3)} µs/delta")
+        print(f"  bare  : {spread([t / n * 1e6 for t in base], 3)} µs/delta")
         print(f"  ratio (median we0nb / median bare): {statistics.median(ours) / statistics.median(base):.1f}x")
 
         await w2_once(20, MemoryPersistence)
@@ -101,15 +98,15 @@ def main() -> None:
             firsts.append(statistics.mean(per[:20]))
             lasts.append(statistics.mean(per[k - 20:k]))
         print(f"W2 tools, K={k} steps (async tool), MemoryPersistence, {a.runs} runs")
-        print(f"  per step     : {fmt(totals, 'ms/step', 1e3)}")
-        print(f"  steps 1-20   : {fmt(firsts, 'ms/step', 1e3)}")
-        print(f"  steps {k-19}-{k}: {fmt(lasts, 'ms/step', 1e3)}")
+        print(f"  per step     : {spread([x * 1e3 for x in totals], 3)} ms/step")
+        print(f"  steps 1-20   : {spread([x * 1e3 for x in firsts], 3)} ms/step")
+        print(f"  steps {k-19}-{k}: {spread([x * 1e3 for x in lasts], 3)} ms/step")
         print(f"  growth (median last-20 / median first-20): {statistics.median(lasts) / statistics.median(firsts):.2f}x")
         totals = []
         for _ in range(max(3, a.runs // 2)):
             total, per = await w2_once(k, MemoryPersistence, use_async=False)
             totals.append(total / (k + 1))
-        print(f"  sync tool (worker thread) per step: {fmt(totals, 'ms/step', 1e3)}")
+        print(f"  sync tool (worker thread) per step: {spread([x * 1e3 for x in totals], 3)} ms/step")
 
     asyncio.run(run())
 

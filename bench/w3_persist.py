@@ -17,6 +17,8 @@ import os
 import statistics
 import tempfile
 import time
+
+from _stats import spread
 import uuid
 from typing import Any, Callable
 
@@ -46,10 +48,6 @@ async def one_run(make: Callable[[], Any], k: int) -> tuple[float, list[float]]:
     steps = [b - a for a, b in zip([t0] + marks[:-1], marks)]
     await p.close()
     return total * 1000 / (k + 1), steps
-
-
-def stats(xs: list[float]) -> str:
-    return f"min {min(xs):6.3f}  median {statistics.median(xs):6.3f}  max {max(xs):6.3f}"
 
 
 def main() -> None:
@@ -100,7 +98,7 @@ def main() -> None:
     print(f"W3 persist: {k} tool steps + 1 final step; {args.runs} runs after a warm-up "
           f"(SQLite synchronous={args.synchronous})")
     for name in contenders:
-        print(f"  {name:7s} ms/step: {stats(results[name])}   last-20/first-20 step cost: "
+        print(f"  {name:7s} ms/step: {spread(results[name], 3, 6)}   last-20/first-20 step cost: "
               f"{statistics.median(flat[name]):.2f}x")
     print(f"  SQLite extra over memory: {sql - mem:+.3f} ms/step (target <= +0.5)")
     if "other" in contenders:

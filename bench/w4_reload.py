@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from _stats import spread
+
 from we0nb import (
     AssistantMessage, ScriptedModel, Session, SqlPersistence, StepFinishPart, StepStartPart, TextPart,
     ToolPart, ToolStateCompleted, UserMessage, We0Agent, text, user_message,
@@ -106,10 +108,6 @@ asyncio.run(main())
 """ % SESSION
 
 
-def stats(xs: list[float]) -> str:
-    return f"min {min(xs):7.2f}  median {statistics.median(xs):7.2f}  max {max(xs):7.2f}"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=1000)
@@ -146,10 +144,10 @@ def main() -> None:
             sub_runs.append(float(out[1]))
     print(f"W4 reload: session of {args.messages} messages ({size / 1e6:.2f} MB SQLite file), "
           f"one more step (model saw {hist} history items); {args.runs} runs after a warm-up")
-    print(f"  in-process   open+load+step ms: {stats(inproc)}")
-    print(f"  in-process   open+load_transcript only ms: {stats(load_only)}")
-    print(f"  fresh process open+load+step ms: {stats(sub_runs)}")
-    print(f"  fresh process imports + gc.collect() ms (not in the figure above): {stats(sub_imports)}")
+    print(f"  in-process   open+load+step ms: {spread(inproc, 2, 7)}")
+    print(f"  in-process   open+load_transcript only ms: {spread(load_only, 2, 7)}")
+    print(f"  fresh process open+load+step ms: {spread(sub_runs, 2, 7)}")
+    print(f"  fresh process imports + gc.collect() ms (not in the figure above): {spread(sub_imports, 2, 7)}")
     print("  target: <= 20 ms (best peer measured: 47 ms)")
     shutil.rmtree(tmp, ignore_errors=True)
 

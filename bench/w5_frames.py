@@ -36,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+from _stats import spread
+
 HERE = Path(__file__).resolve().parent
 DEFAULT_DB = Path(tempfile.gettempdir()) / "we0nb_w5.db"
 
@@ -298,8 +300,7 @@ def main() -> None:
           f"{os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}; python {sys.version.split()[0]}")
 
     def fmt(r: dict) -> str:
-        ts = r["times"]
-        return (f"min {min(ts):6.2f} s  median {statistics.median(ts):6.2f} s  max {max(ts):6.2f} s  "
+        return (f"{spread(r['times'], 2, 6, ' s')}  "
                 f"(CPU median {statistics.median(r['cpu']):5.2f} s)  peak RSS {r['rss_peak_mb']:5.0f} MB "
                 f"(after imports {r['rss_base_mb']:.0f} MB)  rows {r['shape'][0]:,}")
 
