@@ -44,10 +44,7 @@ from ..messages import (
     CompactionPart,
     MessageTime,
     MessageWithParts,
-    PartTime,
-    TextPart,
     Usage,
-    UserMessage,
 )
 from ..models.base import AssistantTurn, FinishEvent, ModelMessage, ModelRequest, TextDelta, ToolResult, UserTurn
 from .history import SUMMARY_PREFIX, to_model_messages
@@ -292,12 +289,7 @@ class Compactor:
                 original = source.text
                 if not original.endswith(TAIL_NOTE):
                     original += TAIL_NOTE
-                t2 = now()
-                u = UserMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=t2))
-                up = TextPart(id=new_id("prt"), session_id=sid, message_id=u.id, text=original,
-                              time=PartTime(start=t2, end=t2), synthetic=True)
-                await p.upsert_batch(u, [up])
-                run.messages.append(MessageWithParts.model_construct(info=u, parts=[up]))
+                await run.append_user_message(original, synthetic=True)
         await p.flush()
         run.history.invalidate()
         self.compacted = True

@@ -19,7 +19,7 @@ import asyncio
 import time as _time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Optional, Union
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from .._ids import new_id, now
 from ..errors import MaxStepsExceeded, ModelError, OutputValidationError
@@ -48,7 +48,7 @@ from ..messages import (
     Usage,
     UserMessage,
 )
-from ..models.base import FinishEvent, ModelRequest, ReasoningDelta, TextDelta, ToolCallEvent, ToolSchema
+from ..models.base import FinishEvent, ModelRequest, ReasoningDelta, TextDelta, ToolCallEvent
 from ..tools import ToolInputError, ToolPolicy, to_output
 from .compaction import Compactor
 from .history import HistoryCache
@@ -211,8 +211,8 @@ class Run:
                         await self._clear_revert(session)
                     async for ev in self._recover("prompt"):
                         yield ev
-                    parent = await self._write_user_messages(session)
-                    for m in parent:
+                    for u in req.messages or ():
+                        m = await self.append_user_message(u.text)
                         yield {"type": "user-message", "message": m.info.model_copy(), "text": m.text}
                 while True:
                     self._check_abort()
@@ -294,19 +294,17 @@ class Run:
         await self.p.upsert_session(session)
         self.history.invalidate()
 
-    async def _write_user_messages(self, session: Session) -> list[MessageWithParts]:
-        written = []
-        for u in self.req.messages or ():
-            t = now()
-            info = UserMessage(id=new_id("msg"), session_id=self.session_id, time=MessageTime(created=t))
-            part = TextPart(id=new_id("prt"), session_id=self.session_id, message_id=info.id, text=u.text,
-                            time=PartTime(start=t, end=t))
-            await self.p.upsert_batch(info, [part])
-            m = MessageWithParts.model_construct(info=info, parts=[part])
-            self.messages.append(m)
-            self._parent = info.id
-            written.append(m)
-        return written
+    async def append_user_message(self, text: str, *, synthetic: bool = False) -> MessageWithParts:
+        """Write a user message (and its text part) and make it the turn's parent."""
+        t = now()
+        info = UserMessage(id=new_id("msg"), session_id=self.session_id, time=MessageTime(created=t))
+        part = TextPart(id=new_id("prt"), session_id=self.session_id, message_id=info.id, text=text,
+                        time=PartTime(start=t, end=t), synthetic=synthetic)
+        await self.p.upsert_batch(info, [part])
+        m = MessageWithParts.model_construct(info=info, parts=[part])
+        self.messages.append(m)
+        self._parent = info.id
+        return m
 
     # ------------------------------------------------------------------ recovery
 

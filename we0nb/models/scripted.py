@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional, Sequence, Union
 
 from pydantic import BaseModel
