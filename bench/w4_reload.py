@@ -31,26 +31,33 @@ from we0nb import (
     ToolPart, ToolStateCompleted, UserMessage, We0Agent, text, user_message,
 )
 from we0nb._ids import new_id
-from we0nb.messages import MessageTime, PartTime, SessionTime, ToolTime, Usage
+from we0nb.engine.history import convert
+from we0nb.messages import MessageTime, MessageWithParts, PartTime, SessionTime, ToolTime, Usage
+from we0nb.models.view import dump_view
 
 SESSION = "ses_w4"
 
 
+async def _final(p: SqlPersistence, info, parts) -> None:
+    """Write a final message as the engine does: with its parts and its model view."""
+    view = dump_view(convert(MessageWithParts.model_construct(info=info, parts=parts)))
+    await p.upsert_batch(info, parts, view=view)
+
+
 async def build(url: str, n_messages: int) -> None:
+    """Messages written as the engine writes final messages (one batch each, with its view)."""
     p = SqlPersistence(url)
     t = time.time()
     await p.upsert_session(Session(id=SESSION, title="w4", time=SessionTime(created=t, updated=t)))
     for i in range(n_messages // 2):
         u = UserMessage(id=new_id("msg"), session_id=SESSION, time=MessageTime(created=t))
-        await p.upsert_message(u)
-        await p.upsert_parts([TextPart(id=new_id("prt"), session_id=SESSION, message_id=u.id,
-                                       text=f"question {i}: what is {i} + {i}?", time=PartTime(start=t, end=t))])
+        await _final(p, u, [TextPart(id=new_id("prt"), session_id=SESSION, message_id=u.id,
+                                     text=f"question {i}: what is {i} + {i}?", time=PartTime(start=t, end=t))])
         a = AssistantMessage(id=new_id("msg"), session_id=SESSION, time=MessageTime(created=t, completed=t),
                              parent_id=u.id, model_id="scripted", finish_reason="stop",
                              usage=Usage(input_tokens=100 + i, output_tokens=20))
-        await p.upsert_message(a)
         mk = dict(session_id=SESSION, message_id=a.id)
-        await p.upsert_parts([
+        await _final(p, a, [
             StepStartPart(id=new_id("prt"), time=t, **mk),
             TextPart(id=new_id("prt"), text=f"Let me add {i} and {i}.", time=PartTime(start=t, end=t), **mk),
             ToolPart(id=new_id("prt"), call_id=new_id("call"), tool="add", **mk,

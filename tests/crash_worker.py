@@ -107,8 +107,8 @@ def make_persistence(w: Worker) -> SqlPersistence:
             await super().upsert_message(message)
             await self._after_message(message)
 
-        async def upsert_batch(self, message: Any, parts: Any) -> None:
-            await super().upsert_batch(message, parts)
+        async def upsert_batch(self, message: Any, parts: Any, **kw: Any) -> None:
+            await super().upsert_batch(message, parts, **kw)
             for part in parts:
                 await self._after_part(part)
             if message is not None:

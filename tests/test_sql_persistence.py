@@ -50,6 +50,7 @@ from we0nb import (
 )
 from we0nb._ids import new_id
 from we0nb.messages import MessageError, MessageTime, PartTime, SessionRevert, SessionTime, ToolTime
+from we0nb.persistence import schema as S
 
 
 # --------------------------------------------------------------------------- backends
@@ -388,7 +389,7 @@ async def test_url_and_sync_engine_see_the_same_tables(sql: Backend) -> None:
     assert p.sync_engine() is eng
     with eng.connect() as conn:
         assert conn.execute(sql_text("SELECT count(*) FROM we0_messages WHERE session_id = :s"), {"s": sid}).scalar() == 2
-        assert conn.execute(sql_text("SELECT value FROM we0_meta WHERE key = 'schema_version'")).scalar() == "1"
+        assert conn.execute(sql_text("SELECT value FROM we0_meta WHERE key = 'schema_version'")).scalar() == str(S.SCHEMA_VERSION)
 
 
 def test_sync_engine_first_creates_the_tables(tmp_path: Path) -> None:

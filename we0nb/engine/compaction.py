@@ -47,7 +47,7 @@ from ..messages import (
     Usage,
 )
 from ..models.base import AssistantTurn, FinishEvent, ModelMessage, ModelRequest, TextDelta, ToolResult, UserTurn
-from .history import SUMMARY_PREFIX, to_model_messages
+from .history import SUMMARY_PREFIX
 
 if TYPE_CHECKING:  # pragma: no cover
     from .loop import Run
@@ -206,7 +206,7 @@ class Compactor:
 
     async def _summarize(self) -> tuple[str, Usage]:
         run, agent = self.run, self.run.agent
-        history = to_model_messages(run.messages)
+        history = run.history.build(run.messages)  # (older messages may be stored views only)
         instruction = getattr(agent, "compaction_prompt", None) or DEFAULT_COMPACTION_PROMPT
         total = Usage()
         level = 0
@@ -272,15 +272,16 @@ class Compactor:
                 info.time = MessageTime(created=info.time.created, completed=now())
                 info.error = info.error.model_copy(update={"metadata": {**info.error.metadata, "compacted": True}}) \
                     if info.error is not None else None
-                await p.upsert_message(info)
+                await run._write(info, final=last)
 
         t = now()
         summary = AssistantMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=t, completed=t),
                                    parent_id=run._parent_id(), model_id=run.agent.model.model_id,
                                    usage=usage, finish_reason="stop", summary=True)
         part = CompactionPart(id=new_id("prt"), session_id=sid, message_id=summary.id, summary=text, time=t)
-        await p.upsert_batch(summary, [part])
-        run.messages.append(MessageWithParts.model_construct(info=summary, parts=[part]))
+        done = MessageWithParts.model_construct(info=summary, parts=[part])
+        await p.upsert_batch(summary, [part], view=run.view_of(done))
+        run.messages.append(done)
         run.usage = run.usage + usage
 
         if mid_turn:

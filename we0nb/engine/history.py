@@ -3,7 +3,8 @@
 Rules: a tool call is sent only together with its result (unfinished calls are left out),
 empty assistant turns are dropped, and history before the latest compaction is replaced
 by its summary. :class:`HistoryCache` converts finished messages once, so building a
-request costs O(new messages), not O(history).
+request costs O(new messages), not O(history); it can start from the stored model views of
+the older messages (``earlier``), so a cold start need not load them as objects.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from typing import Optional, Sequence
 from ..messages import CompactionPart, MessageWithParts, ReasoningPart, TextPart, ToolPart
 from ..models.base import AssistantTurn, ModelMessage, ToolCall, ToolResult, UserTurn
 
-__all__ = ["to_model_messages", "HistoryCache", "SUMMARY_PREFIX"]
+__all__ = ["to_model_messages", "convert", "HistoryCache", "SUMMARY_PREFIX"]
 
 SUMMARY_PREFIX = "Summary of the conversation so far:\n"
 
 
-def _convert(m: MessageWithParts) -> list[ModelMessage]:
+def convert(m: MessageWithParts) -> list[ModelMessage]:
+    """One message as model items (a compaction summary: the user turn that stands for it)."""
     if m.info.role == "user":
         return [UserTurn("".join(p.text for p in m.parts if isinstance(p, TextPart)))]
     out: list[ModelMessage] = []
@@ -48,29 +50,34 @@ def _convert(m: MessageWithParts) -> list[ModelMessage]:
     return out
 
 
-def _visible(messages: Sequence[MessageWithParts]) -> int:
-    """Index of the first message the model sees: the latest compaction summary, else 0."""
+def _latest_summary(messages: Sequence[MessageWithParts]) -> int:
+    """Index of the latest compaction summary (where what the model sees starts), else -1."""
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
         if m.info.role == "assistant" and getattr(m.info, "summary", False) and any(
             isinstance(p, CompactionPart) for p in m.parts
         ):
             return i
-    return 0
+    return -1
 
 
 def to_model_messages(messages: Sequence[MessageWithParts]) -> list[ModelMessage]:
     """The whole history as model messages (no cache)."""
     out: list[ModelMessage] = []
-    for m in messages[_visible(messages):]:
-        out.extend(_convert(m))
+    for m in messages[max(_latest_summary(messages), 0):]:
+        out.extend(convert(m))
     return out
 
 
 class HistoryCache:
-    """Incremental conversion: every message but the last is final and converted once."""
+    """Incremental conversion: every message but the last is final and converted once.
 
-    def __init__(self) -> None:
+    ``earlier``: the model items of the messages before the list it is given (stored views),
+    used as they are unless a summary in the list replaces them.
+    """
+
+    def __init__(self, earlier: Sequence[ModelMessage] = ()) -> None:
+        self._earlier = list(earlier)
         self._messages: Optional[list[MessageWithParts]] = None
         self._start = 0
         self._done = 0
@@ -82,8 +89,9 @@ class HistoryCache:
     def build(self, messages: list[MessageWithParts]) -> list[ModelMessage]:
         if self._messages is not messages or self._done > len(messages):
             self._messages = messages
-            self._start = self._done = _visible(messages)
-            self._converted = []
+            summary = _latest_summary(messages)
+            self._start = self._done = max(summary, 0)
+            self._converted = [] if summary >= 0 else list(self._earlier)
         end = len(messages) - 1
         while self._done < end:
             m = messages[self._done]
@@ -91,12 +99,12 @@ class HistoryCache:
                 # a compaction summary restarts what the model sees
                 self._start = self._done
                 self._converted = []
-            self._converted.extend(_convert(m))
+            self._converted.extend(convert(m))
             self._done += 1
         out = list(self._converted)
         if end >= self._start and end >= 0:
             last = messages[end]
             if last.info.role == "assistant" and getattr(last.info, "summary", False):
-                return _convert(last)
-            out.extend(_convert(last))
+                return convert(last)
+            out.extend(convert(last))
         return out

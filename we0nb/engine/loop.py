@@ -51,7 +51,8 @@ from ..messages import (
 from ..models.base import FinishEvent, ModelRequest, ReasoningDelta, TextDelta, ToolCallEvent
 from ..tools import ToolInputError, ToolPolicy, to_output
 from .compaction import Compactor
-from .history import HistoryCache
+from ..models.view import dump_view
+from .history import HistoryCache, convert
 from .recovery import block_after, needs_recovery, plan_recovery
 from .revert import hidden_ids, visible_messages
 from .request import RunRequest, RunResult
@@ -144,15 +145,25 @@ class Run:
 
     # ------------------------------------------------------------------ persistence helpers
 
-    async def _write(self, message: Optional[AssistantMessage], *parts: Part) -> None:
-        """Write ``message`` and ``parts`` with every part not written yet, in one transaction."""
+    def view_of(self, m: MessageWithParts) -> Optional[str]:
+        """A final message's model view, for a store that keeps them (else None: not made)."""
+        return dump_view(convert(m)) if self.p.keeps_views else None
+
+    async def _write(self, message: Optional[AssistantMessage], *parts: Part,
+                     final: Optional[MessageWithParts] = None) -> None:
+        """Write ``message`` and ``parts`` with every part not written yet, in one transaction.
+
+        ``final``: the message is final with this write; its model view goes with it.
+        """
         dirty = self._dirty
         for part in parts:
             dirty.pop(part.id, None)
         if dirty:
             parts = (*dirty.values(), *parts)
             dirty.clear()
-        if message is None and len(parts) == 1:
+        if final is not None:
+            await self.p.upsert_batch(message, parts, view=self.view_of(final))
+        elif message is None and len(parts) == 1:
             await self.p.upsert_part(parts[0])
         elif message is not None or parts:
             await self.p.upsert_batch(message, parts)
@@ -202,10 +213,16 @@ class Run:
             try:
                 session = await self._ensure_session()
                 yield {"type": "start", "session_id": req.session_id, "mode": req.mode, "run_id": req.run_id}
-                transcript: Transcript = await self.p.load_transcript(req.session_id)
-                self.messages = transcript.messages
-                if req.mode == "resume" and session.revert is not None:
-                    self.messages = visible_messages(session, self.messages)  # resume never sees reverted messages
+                if session.revert is None:
+                    # the older messages as stored model views, the recent ones as objects
+                    recent = await self.p.load_recent(req.session_id)
+                    self.messages = recent.messages
+                    self.history = HistoryCache(recent.earlier)
+                else:  # a revert point: its handling needs every message as an object
+                    transcript: Transcript = await self.p.load_transcript(req.session_id)
+                    self.messages = transcript.messages
+                    if req.mode == "resume":
+                        self.messages = visible_messages(session, self.messages)  # resume never sees reverted messages
                 if req.mode == "prompt":
                     if session.revert is not None:
                         await self._clear_revert(session)
@@ -300,8 +317,8 @@ class Run:
         info = UserMessage(id=new_id("msg"), session_id=self.session_id, time=MessageTime(created=t))
         part = TextPart(id=new_id("prt"), session_id=self.session_id, message_id=info.id, text=text,
                         time=PartTime(start=t, end=t), synthetic=synthetic)
-        await self.p.upsert_batch(info, [part])
         m = MessageWithParts.model_construct(info=info, parts=[part])
+        await self.p.upsert_batch(info, [part], view=self.view_of(m))
         self.messages.append(m)
         self._parent = info.id
         return m
@@ -358,7 +375,7 @@ class Run:
             if info.error is None:
                 info.error = MessageError(reason=UNFINISHED_REASON, message=UNFINISHED_MESSAGE,
                                           metadata={"recovered": True, "mode": mode})
-            await self.p.upsert_message(info)
+            await self._write(info, final=last)
             yield {"type": "recovery", "action": "close", "message": info.model_copy()}
         self.history.invalidate()
 
@@ -522,7 +539,7 @@ class Run:
         info.finish_reason = finish.reason
         info.usage = finish.usage
         # durability point: the step's end (with any part not written yet) in one transaction
-        await self._write(info, sf)
+        await self._write(info, sf, final=msg)
         if tools:
             yield {"type": "tool", "part": _snapshot(tools[-1])}
         yield {"type": "step-finish", "step": self.steps, "message": info.model_copy(),

@@ -1,9 +1,9 @@
 """Persistence: the port and its implementations."""
 
-from .base import Lease, Persistence
+from .base import Lease, Persistence, RecentHistory
 from .memory import MemoryPersistence
 
-__all__ = ["Persistence", "Lease", "MemoryPersistence", "SqlPersistence"]
+__all__ = ["Persistence", "Lease", "RecentHistory", "MemoryPersistence", "SqlPersistence"]
 
 
 def __getattr__(name: str):

@@ -13,9 +13,10 @@ import socket
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
-from ..messages import AssistantMessage, Part, Session, Transcript, UserMessage
+from ..messages import AssistantMessage, MessageWithParts, Part, Session, Transcript, UserMessage
+from ..models.base import ModelMessage
 
-__all__ = ["Persistence", "Lease", "lease_owner"]
+__all__ = ["Persistence", "Lease", "lease_owner", "RecentHistory", "recent_start"]
 
 MessageInfo = Union[UserMessage, AssistantMessage]
 
@@ -41,8 +42,57 @@ class Lease:
             await self.persistence.release_lease(self)
 
 
+@dataclass
+class RecentHistory:
+    """Where a run starts: the older messages as the model sees them, the recent ones as objects.
+
+    ``earlier`` is the model view of every message before ``messages`` that the model still
+    sees (from the latest compaction summary on); ``messages`` are full objects, from the
+    point :func:`recent_start` picks. A store without model views returns everything in
+    ``messages`` and nothing in ``earlier``.
+    """
+
+    session: Optional[Session]
+    earlier: list[ModelMessage]
+    messages: list[MessageWithParts]
+
+
+def recent_start(roles: Sequence[str], summary: Sequence[bool], has_view: Sequence[bool]) -> tuple[int, int]:
+    """``(s, k)``: the model views of messages ``s..k-1`` stand for them; ``k..`` load as objects.
+
+    The recent messages are what a run inspects: the last user message and everything
+    after it (the turn being answered or recovered), reaching back to the last assistant
+    message before it that is not a compaction summary (the previous answer, and any summary
+    in between). Every message before ``k`` must have a view (else ``k`` moves back to the
+    first one without); the model sees them from the latest summary (``s``) on.
+    """
+    n = len(roles)
+    i, seen_user = n - 1, False
+    while i >= 0:
+        if roles[i] == "user":
+            seen_user = True
+        elif seen_user and not summary[i]:
+            break
+        i -= 1
+    k = max(i, 0)
+    for j in range(k):
+        if not has_view[j]:
+            k = j
+            break
+    s = 0
+    for j in range(k - 1, -1, -1):
+        if summary[j]:
+            s = j
+            break
+    return s, k
+
+
 class Persistence(abc.ABC):
     """Where sessions, messages and parts live. Implementations: memory, SQL."""
+
+    #: whether the store keeps model views (``upsert_batch(..., view=)``); the engine makes
+    #: them only for such a store
+    keeps_views: bool = False
 
     # ---- sessions
     @abc.abstractmethod
@@ -65,11 +115,15 @@ class Persistence(abc.ABC):
         """Write several parts at once (one transaction where the backend has them)."""
         await self.upsert_batch(None, parts)
 
-    async def upsert_batch(self, message: Optional[MessageInfo], parts: Sequence[Part]) -> None:
+    async def upsert_batch(self, message: Optional[MessageInfo], parts: Sequence[Part], *,
+                           view: Optional[str] = None) -> None:
         """Write a message and parts together — one transaction where the backend has them.
 
         The loop uses it where several writes belong to one durability point (a step's
-        start, a step's end), so a crash keeps all of them or none.
+        start, a step's end), so a crash keeps all of them or none. ``view`` is given with
+        a message's final write (stores with :attr:`keeps_views` only): the message as the
+        model sees it (:func:`we0nb.models.view.dump_view`), kept until the message or one
+        of its parts is written again.
         """
         if message is not None:
             await self.upsert_message(message)
@@ -79,6 +133,11 @@ class Persistence(abc.ABC):
     @abc.abstractmethod
     async def load_transcript(self, session_id: str) -> Transcript:
         """Messages in creation order, each with its parts in creation order."""
+
+    async def load_recent(self, session_id: str) -> RecentHistory:
+        """What a run starts from (see :class:`RecentHistory`); by default the whole transcript."""
+        tr = await self.load_transcript(session_id)
+        return RecentHistory(session=tr.session, earlier=[], messages=tr.messages)
 
     @abc.abstractmethod
     async def delete_messages(self, session_id: str, message_ids: Sequence[str]) -> None:

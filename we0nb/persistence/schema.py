@@ -10,6 +10,9 @@ Column semantics (SqlPersistence fills them, the frames read them):
   the step part's ``time`` (both); ``interrupted``/``interrupt_reason``/``recalled`` —
   ``state.metadata["interrupted"]``, ``["reason"]``, ``["recalled"]`` of tool parts.
 * ``we0_messages`` — the message's fields flattened; token columns NULL for user messages.
+* ``we0_messages.model_view`` — the message as the model sees it (``we0nb.models.view``),
+  written with its final write; a trigger on ``we0_parts`` and every rewrite of the message
+  reset it to NULL, so a view never outlives the rows it was made from.
 * ordering — ids sort in creation order (see ``we0nb._ids``), so ``ORDER BY id`` is history.
 """
 
@@ -20,10 +23,11 @@ from typing import Any, Optional
 from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
 
 __all__ = ["SCHEMA_VERSION", "metadata", "meta", "sessions", "messages", "parts", "leases",
-           "cut", "message_columns", "part_columns"]
+           "cut", "message_columns", "part_columns", "triggers", "upgrade"]
 
-#: bump when the tables change; a database with a higher version is refused
-SCHEMA_VERSION = 1
+#: bump when the tables change; a database with a higher version is refused, an older one
+#: is upgraded in place (:func:`upgrade`)
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -64,6 +68,7 @@ messages = Table(
     Column("cached_tokens", Integer, nullable=True),
     Column("summary", Boolean, nullable=False, default=False),
     Column("data", Text, nullable=False),
+    Column("model_view", Text, nullable=True),
     Index("ix_we0_messages_session", "session_id", "id"),
     sqlite_with_rowid=False,
 )
@@ -99,6 +104,38 @@ leases = Table(
     Column("run_id", String(64), nullable=False),
     Column("expires", Float, nullable=False),
 )
+
+
+# --------------------------------------------------------------------------- DDL beyond the tables
+
+_STALE = "UPDATE we0_messages SET model_view = NULL WHERE id = NEW.message_id AND model_view IS NOT NULL"
+
+
+def triggers(dialect: str) -> list[str]:
+    """The statements that make a part write drop its message's model view."""
+    if dialect == "sqlite":
+        return [f"CREATE TRIGGER IF NOT EXISTS we0_parts_view_{op.lower()} AFTER {op} ON we0_parts "
+                f"BEGIN {_STALE}; END" for op in ("INSERT", "UPDATE")]
+    if dialect == "postgresql":
+        # the messages table of the trigger's own schema, whatever the writer's search_path
+        return [
+            "CREATE OR REPLACE FUNCTION we0_parts_view_stale() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "EXECUTE 'UPDATE ' || quote_ident(TG_TABLE_SCHEMA) || '.we0_messages SET model_view = NULL "
+            "WHERE id = $1 AND model_view IS NOT NULL' USING NEW.message_id; RETURN NULL; END $$",
+            "DROP TRIGGER IF EXISTS we0_parts_view ON we0_parts",
+            "CREATE TRIGGER we0_parts_view AFTER INSERT OR UPDATE ON we0_parts "
+            "FOR EACH ROW EXECUTE FUNCTION we0_parts_view_stale()",
+        ]
+    return []
+
+
+def upgrade(version: int, dialect: str) -> list[str]:
+    """The statements that bring a database at schema ``version`` to :data:`SCHEMA_VERSION`."""
+    out: list[str] = []
+    if version < 2:  # 1 → 2: the model-view cache
+        out.append("ALTER TABLE we0_messages ADD COLUMN model_view TEXT")
+        out.extend(triggers(dialect))
+    return out
 
 
 # --------------------------------------------------------------------------- flattening

@@ -59,7 +59,8 @@ from sqlalchemy.engine import URL, Connection, Engine, create_engine, make_url
 from ..errors import CorruptRecordError, PersistenceError, SchemaVersionError, SessionBusyError
 from ..messages import Message, MessageWithParts, Part, Session, Transcript
 from . import schema as S
-from .base import Lease, MessageInfo, Persistence, lease_owner
+from ..models.view import load_views
+from .base import Lease, MessageInfo, Persistence, RecentHistory, lease_owner, recent_start
 
 __all__ = ["SqlPersistence"]
 
@@ -113,6 +114,13 @@ _SQL = {
     "lease_release": "DELETE FROM we0_leases WHERE session_id = :sid AND owner = :owner",
     "version_get": "SELECT value FROM we0_meta WHERE key = :key",
     "version_set": "INSERT INTO we0_meta (key, value) VALUES (:key, :value) ON CONFLICT (key) DO NOTHING",
+    "version_update": "UPDATE we0_meta SET value = :value WHERE key = :key",
+    "recent_index": "SELECT id, role, summary, model_view FROM we0_messages WHERE session_id = :sid ORDER BY id",
+    "load_messages_from": "SELECT id, data FROM we0_messages WHERE session_id = :sid AND id >= :mid ORDER BY id",
+    "load_parts_from": (
+        "SELECT id, message_id, data FROM we0_parts WHERE session_id = :sid AND message_id >= :mid "
+        "ORDER BY message_id, id"
+    ),
 }
 _PYFORMAT = re.compile(r":([A-Za-z_]\w*)")
 _SQL_PG = {k: _PYFORMAT.sub(r"%(\1)s", v) for k, v in _SQL.items()}
@@ -132,9 +140,10 @@ def _session_row(s: Session) -> dict[str, Any]:
     }
 
 
-def _message_row(m: MessageInfo) -> dict[str, Any]:
+def _message_row(m: MessageInfo, view: Optional[str] = None) -> dict[str, Any]:
     row = S.message_columns(m)
     row["data"] = m.model_dump_json()
+    row["model_view"] = view
     return row
 
 
@@ -184,7 +193,7 @@ def _raise_wrapped(e: BaseException, where: str) -> NoReturn:
     raise e
 
 
-def _check_version(value: Any, where: str) -> None:
+def _check_version(value: Any, where: str) -> int:
     try:
         v = int(value)
     except (TypeError, ValueError):
@@ -198,6 +207,7 @@ def _check_version(value: Any, where: str) -> None:
             f"reads schema version {S.SCHEMA_VERSION} and older). Upgrade we0nb (pip install -U we0nb) "
             "or point SqlPersistence at another database."
         )
+    return v
 
 
 def _ensure_schema_sync(conn: Connection, where: str, pg_schema: Optional[str]) -> None:
@@ -205,12 +215,20 @@ def _ensure_schema_sync(conn: Connection, where: str, pg_schema: Optional[str]) 
     if pg_schema is not None and conn.dialect.name == "postgresql":
         conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{pg_schema}"')
     style = _SQL_PG if conn.dialect.name == "postgresql" else _SQL
+    dialect = conn.dialect.name
     if conn.dialect.has_table(conn, S.meta.name):
         row = conn.exec_driver_sql(style["version_get"], {"key": _VERSION_KEY}).first()
         if row is not None:
-            _check_version(row[0], where)
+            version = _check_version(row[0], where)
+            if version < S.SCHEMA_VERSION:
+                for stmt in S.upgrade(version, dialect):
+                    conn.exec_driver_sql(stmt)
+                conn.exec_driver_sql(style["version_update"], {"key": _VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
+                log.info("upgraded %s from we0nb schema version %s to %s", where, version, S.SCHEMA_VERSION)
             return
     S.metadata.create_all(conn)
+    for stmt in S.triggers(dialect):
+        conn.exec_driver_sql(stmt)
     conn.exec_driver_sql(style["version_set"], {"key": _VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
     row = conn.exec_driver_sql(style["version_get"], {"key": _VERSION_KEY}).first()
     _check_version(row[0] if row else S.SCHEMA_VERSION, where)
@@ -286,8 +304,10 @@ class _Inline:
             if "no such table" not in str(e):
                 self._raise(e)
             row = None
+        if row is not None and _check_version(row[0], self.where) == S.SCHEMA_VERSION:
+            return
         if row is not None:
-            _check_version(row[0], self.where)
+            self._upgrade(conn)
             return
         # first use of this database: create the tables (DDL compiled by SQLAlchemy)
         from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -302,6 +322,8 @@ class _Inline:
                     conn.execute(ddl)
                     for index in table.indexes:
                         conn.execute(str(CreateIndex(index, if_not_exists=True).compile(dialect=dialect)))
+                for stmt in S.triggers("sqlite"):
+                    conn.execute(stmt)
                 conn.execute(_SQL["version_set"], {"key": _VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
                 row = conn.execute(_SQL["version_get"], {"key": _VERSION_KEY}).fetchone()
                 conn.execute("COMMIT")
@@ -311,6 +333,25 @@ class _Inline:
         except sqlite3.Error as e:
             self._raise(e)
         _check_version(row[0] if row else S.SCHEMA_VERSION, self.where)
+
+    def _upgrade(self, conn: sqlite3.Connection) -> None:
+        """An older schema: upgrade it in place, under the write lock (another process may race)."""
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(_SQL["version_get"], {"key": _VERSION_KEY}).fetchone()
+                version = _check_version(row[0], self.where)
+                for stmt in S.upgrade(version, "sqlite"):
+                    conn.execute(stmt)
+                conn.execute(_SQL["version_update"], {"key": _VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            self._raise(e)
+        if version < S.SCHEMA_VERSION:
+            log.info("upgraded %s from we0nb schema version %s to %s", self.where, version, S.SCHEMA_VERSION)
 
     def _probe_writable(self, conn: sqlite3.Connection) -> None:
         try:
@@ -578,6 +619,8 @@ class SqlPersistence(Persistence):
     False goes through aiosqlite), ``engine_options`` (passed to ``create_async_engine``).
     """
 
+    keeps_views = True
+
     def __init__(
         self,
         url_or_engine: Union[str, URL, Any] = "sqlite:///we0.db",
@@ -802,12 +845,14 @@ class SqlPersistence(Persistence):
     async def upsert_part(self, part: Part) -> None:
         await self._exec("upsert_part", _part_row(part))
 
-    async def upsert_batch(self, message: Optional[MessageInfo], parts: Sequence[Part]) -> None:
+    async def upsert_batch(self, message: Optional[MessageInfo], parts: Sequence[Part], *,
+                           view: Optional[str] = None) -> None:
         ops: list[tuple[str, Any]] = []
-        if message is not None:
-            ops.append(("upsert_message", [_message_row(message)]))
         if parts:
             ops.append(("upsert_part", [_part_row(p) for p in parts]))
+        if message is not None:
+            # after the parts: writing a part drops its message's view (a trigger)
+            ops.append(("upsert_message", [_message_row(message, view)]))
         if ops:
             await self._tx(ops)
 
@@ -838,6 +883,40 @@ class SqlPersistence(Persistence):
         mrows = await self._fetch("load_messages", params)
         prows = await self._fetch("load_parts", params)
         return Transcript.model_construct(session=session, messages=self._build(session_id, mrows, prows))
+
+    async def load_recent(self, session_id: str) -> RecentHistory:
+        """The older messages' stored model views and the recent messages as objects.
+
+        Reads one light row per message (id, role, summary flag, view) and full rows only
+        for the recent messages (:func:`~we0nb.persistence.base.recent_start`), so a cold start
+        costs the views' decoding, not validating the whole transcript.
+        """
+        params = {"sid": session_id}
+        inline = self._inline
+        srows = await self._fetch("get_session", params)
+        if not srows:
+            return RecentHistory(session=None, earlier=[], messages=[])
+        session = self._session(srows[0][0], srows[0][1])
+        index = inline.fetchall("recent_index", params) if inline is not None else \
+            await self._fetch("recent_index", params)
+        s, k = recent_start([r[1] for r in index], [bool(r[2]) for r in index], [r[3] is not None for r in index])
+        earlier: list[Any] = []
+        if k:
+            try:
+                earlier = load_views([r[3] for r in index[s:k]])
+            except ValueError as e:  # a damaged view: rebuild from the objects instead
+                log.warning("ignoring the stored model views of session %r in %s: %s", session_id, self._where, e)
+                earlier, k = [], 0
+        if k == len(index):
+            return RecentHistory(session=session, earlier=earlier, messages=[])
+        params["mid"] = index[k][0]
+        if inline is not None:
+            mrows = inline.fetchall("load_messages_from", params)
+            prows = inline.fetchall("load_parts_from", params)
+        else:
+            mrows = await self._fetch("load_messages_from", params)
+            prows = await self._fetch("load_parts_from", params)
+        return RecentHistory(session=session, earlier=earlier, messages=self._build(session_id, mrows, prows))
 
     def _build(self, sid: str, mrows: list[Any], prows: list[Any]) -> list[MessageWithParts]:
         # thousands of objects that all survive: the cyclic GC would rescan them again and

@@ -1,0 +1,318 @@
+"""Stored model views: a cold start reads the older messages as views, never a stale one.
+
+The invariants: every non-NULL ``model_view`` equals the view made from the message's
+rows as they are now; a run that starts from ``load_recent`` sends the model exactly
+the history a run from the full transcript would; writing a part or the message again
+drops the view; databases of schema version 1 are upgraded and still load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from sql_support import PG_SKIP_REASON, PG_URL, create_schema, drop_schema, pg_execute
+from we0nb import (
+    MemoryPersistence, ScriptedModel, SqlPersistence, We0Agent, reasoning, text, tool, tool_call, usage,
+    user_message,
+)
+from we0nb.errors import We0Error
+from we0nb.engine.history import HistoryCache, convert, to_model_messages
+from we0nb.models.base import AssistantTurn, ToolCall, ToolResult, UserTurn
+from we0nb.models.view import dump_view, load_views
+from we0nb.persistence import schema as S
+from we0nb.persistence.base import recent_start
+
+
+# --------------------------------------------------------------------------- the codec and the rule
+
+
+def test_views_round_trip_every_item_kind() -> None:
+    items = [UserTurn("hé ✓"), AssistantTurn("a", "think", [ToolCall("c1", "read", {"p": [1, {"q": None}]})]),
+             ToolResult("c1", "read", "out", False), ToolResult("c2", "x", "boom", True), AssistantTurn("only text")]
+    one, two = dump_view(items[:2]), dump_view(items[2:])
+    assert load_views([one, two]) == items
+    assert load_views([]) == []
+    for bad in (["{not json"], ['[["z", 1]]'], ['[["a"]]']):
+        with pytest.raises(ValueError, match="model view"):
+            load_views(bad)
+
+
+@pytest.mark.parametrize("roles,summary,views,expected", [
+    ([], [], [], (0, 0)),
+    (["user"], [0], [1], (0, 0)),
+    (["user", "assistant"], [0, 0], [1, 1], (0, 0)),
+    # the previous answer (index 1) and everything after it load as objects
+    (["user", "assistant", "user", "assistant"], [0] * 4, [1] * 4, (0, 1)),
+    (["user", "assistant", "user", "assistant", "assistant"], [0] * 5, [1, 1, 1, 1, 0], (0, 1)),
+    # a summary between the previous answer and the last user message stays an object too
+    (["user", "assistant", "assistant", "user", "assistant"], [0, 0, 1, 0, 0], [1] * 5, (0, 1)),
+    # a summary before the recent messages: the model sees from it on
+    (["user", "assistant", "assistant", "user", "assistant", "user"], [0, 0, 1, 0, 0, 0], [1] * 6, (2, 4)),
+    # a message without a view moves the start back to it
+    (["user", "assistant", "user", "assistant", "user", "assistant"], [0] * 6, [1, 0, 1, 1, 1, 1], (0, 1)),
+    (["user", "assistant", "user", "assistant", "user", "assistant"], [0] * 6, [0] * 6, (0, 0)),
+])
+def test_recent_start(roles, summary, views, expected) -> None:
+    assert recent_start(roles, [bool(x) for x in summary], [bool(x) for x in views]) == expected
+
+
+async def test_memory_has_no_views_and_loads_everything() -> None:
+    p = MemoryPersistence()
+    agent = We0Agent(ScriptedModel([[text("one")], [text("two")]]), persistence=p)
+    for q in ("a", "b"):
+        await agent.invoke(mode="prompt", session_id="s", messages=[user_message(q)])
+    recent = await p.load_recent("s")
+    assert recent.earlier == [] and len(recent.messages) == 4
+    assert (await p.load_recent("missing")).session is None
+
+
+# --------------------------------------------------------------------------- backends
+
+
+def _raw_sqlite(path: Path):
+    def raw(sql: str) -> list:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            return conn.execute(sql).fetchall()
+        finally:
+            conn.close()
+    return raw
+
+
+@pytest.fixture(params=["sqlite", "sqlite-aiosqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Any, str]]:
+    """(make a persistence, run raw SQL, backend name) on one fresh database."""
+    made: list[Any] = []
+    schema = None
+    if request.param == "postgres":
+        if PG_URL is None:
+            pytest.skip(PG_SKIP_REASON)
+        schema = create_schema()
+
+        def make() -> SqlPersistence:
+            made.append(SqlPersistence(PG_URL, schema=schema))
+            return made[-1]
+        raw = lambda sql: pg_execute(schema, sql)  # noqa: E731
+    else:
+        path = tmp_path / "we0.db"
+        inline = request.param == "sqlite"
+
+        def make() -> SqlPersistence:
+            url = f"sqlite:///{path}" if inline else f"sqlite+aiosqlite:///{path}"
+            made.append(SqlPersistence(url, inline_sqlite=inline))
+            return made[-1]
+        raw = _raw_sqlite(path)
+    try:
+        yield make, raw, request.param
+    finally:
+        for p in made:
+            try:
+                asyncio.run(p.close())
+            except Exception:
+                pass
+        if schema is not None:
+            drop_schema(schema)
+
+
+def _views(raw, sid: str) -> dict[str, Any]:
+    return dict(raw(f"SELECT id, model_view FROM we0_messages WHERE session_id = '{sid}' ORDER BY id"))
+
+
+async def _assert_views_exact(p: SqlPersistence, raw, sid: str) -> None:
+    """Every stored view is the view of the message as its rows are now."""
+    tr = await p.load_transcript(sid)
+    views = _views(raw, sid)
+    for m in tr.messages:
+        stored = views[m.info.id]
+        if stored is not None:
+            assert stored == dump_view(convert(m)), m.info.id
+
+
+async def _assert_cold_start_equal(p: SqlPersistence, sid: str) -> Any:
+    recent = await p.load_recent(sid)
+    full = await p.load_transcript(sid)
+    assert recent.session == full.session
+    assert HistoryCache(recent.earlier).build(recent.messages) == to_model_messages(full.messages)
+    assert [m.info.id for m in recent.messages] == [m.info.id for m in full.messages[-len(recent.messages):]] \
+        if recent.messages else True
+    return recent
+
+
+def _fetch_tool(log: list):
+    @tool(side_effects=False)
+    async def fetch(url: str) -> str:
+        log.append(url)
+        return f"page of {url}"
+    return fetch
+
+
+async def test_final_messages_carry_views_and_a_cold_start_uses_them(db) -> None:
+    make, raw, _ = db
+    p = make()
+    log: list = []
+    steps = []
+    for i in range(5):
+        steps += [[reasoning("hm"), text(f"fetching {i}"), tool_call("fetch", {"url": f"u{i}"})], [text(f"done {i}")]]
+    agent = We0Agent(ScriptedModel(steps), tools=[_fetch_tool(log)], persistence=p)
+    for i in range(5):
+        await agent.invoke(mode="prompt", session_id="s", messages=[user_message(f"q{i}")])
+    views = _views(raw, "s")
+    assert len(views) == 15 and all(v is not None for v in views.values())
+    await _assert_views_exact(p, raw, "s")
+
+    q = make()  # a cold start: a new persistence on the same database
+    recent = await _assert_cold_start_equal(q, "s")
+    assert len(recent.messages) == 4  # previous answer, the last user message, its two steps
+    assert len(recent.earlier) == 3 * 4 + 3  # turns 0-2 (user, call, result, answer), then q3 and its call
+    model = ScriptedModel([[text("more")]])
+    cold = We0Agent(model, tools=[_fetch_tool(log)], persistence=q)
+    await cold.invoke(mode="prompt", session_id="s", messages=[user_message("q5")])
+    full = await q.load_transcript("s")
+    assert model.requests[0].messages == to_model_messages(full.messages[:-1])
+
+
+async def test_writing_a_part_or_the_message_again_drops_its_view(db) -> None:
+    make, raw, _ = db
+    p = make()
+    agent = We0Agent(ScriptedModel([[text("hello")], [text("again")]]), persistence=p)
+    await agent.invoke(mode="prompt", session_id="s", messages=[user_message("hi")])
+    await agent.invoke(mode="prompt", session_id="s", messages=[user_message("and?")])
+    tr = await p.load_transcript("s")
+    first_user, first_answer = tr.messages[0], tr.messages[1]
+    assert _views(raw, "s")[first_answer.info.id] is not None
+    text_part = first_answer.parts[1]
+    text_part.text = "edited behind the engine's back"
+    await p.upsert_part(text_part)  # a part of a final message rewritten: its view goes
+    views = _views(raw, "s")
+    assert views[first_answer.info.id] is None and views[first_user.info.id] is not None
+    await p.upsert_message(first_user.info)  # the message rewritten without a view: gone too
+    assert _views(raw, "s")[first_user.info.id] is None
+    # a cold start now loads those messages as objects: the edit reaches the model
+    recent = await _assert_cold_start_equal(make(), "s")
+    assert recent.earlier == [] and len(recent.messages) == 4
+    assert any(getattr(x, "text", "") == "edited behind the engine's back"
+               for x in HistoryCache(recent.earlier).build(recent.messages))
+
+
+async def test_a_damaged_view_is_ignored_with_a_warning(db, caplog: pytest.LogCaptureFixture) -> None:
+    make, raw, _ = db
+    p = make()
+    agent = We0Agent(ScriptedModel([[text("a")], [text("b")], [text("c")]]), persistence=p)
+    for q in ("1", "2", "3"):
+        await agent.invoke(mode="prompt", session_id="s", messages=[user_message(q)])
+    first = next(iter(_views(raw, "s")))
+    raw(f"UPDATE we0_messages SET model_view = '[[\"u\"' WHERE id = '{first}'")
+    with caplog.at_level(logging.WARNING, logger="we0nb.persistence.sql"):
+        recent = await _assert_cold_start_equal(make(), "s")
+    assert recent.earlier == [] and len(recent.messages) == 6
+    assert "ignoring the stored model views of session 's'" in caplog.text
+
+
+async def test_schema_version_1_is_upgraded_in_place_and_still_loads(db) -> None:
+    make, raw, name = db
+    p = make()
+    agent = We0Agent(ScriptedModel([[text("a")], [text("b")]]), persistence=p)
+    for q in ("1", "2"):
+        await agent.invoke(mode="prompt", session_id="s", messages=[user_message(q)])
+    await p.close()
+    # turn the database back into what version 1 wrote: no column, no trigger
+    if name == "postgres":
+        raw("DROP TRIGGER we0_parts_view ON we0_parts")
+        raw("DROP FUNCTION we0_parts_view_stale()")
+    else:
+        raw("DROP TRIGGER we0_parts_view_insert")
+        raw("DROP TRIGGER we0_parts_view_update")
+    raw("ALTER TABLE we0_messages DROP COLUMN model_view")
+    raw("UPDATE we0_meta SET value = '1' WHERE key = 'schema_version'")
+
+    q = make()
+    recent = await _assert_cold_start_equal(q, "s")  # opens, upgrades, loads every message as an object
+    assert raw("SELECT value FROM we0_meta WHERE key = 'schema_version'") == [(str(S.SCHEMA_VERSION),)]
+    assert recent.earlier == [] and len(recent.messages) == 4
+    agent = We0Agent(ScriptedModel([[text("c")]]), persistence=q)
+    await agent.invoke(mode="prompt", session_id="s", messages=[user_message("3")])
+    views = list(_views(raw, "s").values())
+    assert views[:4] == [None] * 4 and None not in views[4:]  # new final messages have views again
+    await _assert_views_exact(q, raw, "s")
+    # the trigger is back too
+    tr = await q.load_transcript("s")
+    await q.upsert_part(tr.messages[-1].parts[-1])
+    assert _views(raw, "s")[tr.messages[-1].info.id] is None
+
+
+# --------------------------------------------------------------------------- any history
+
+
+def _turn_steps(draw_turn: list[list[int]]) -> list[list]:
+    """A turn's steps; from the second step on, usage crosses a 0.5 × 200-token threshold."""
+    steps = []
+    n = 0
+    for k, calls in enumerate(draw_turn):
+        items: list = [text("t ")]
+        for c in calls:
+            items.append(tool_call("fetch" if c < 2 else "flaky", {"url": f"x{n}"}))
+            n += 1
+        items.append(usage(input_tokens=60 * (k + 1), output_tokens=5))
+        steps.append(items)
+    return steps
+
+
+turns = st.lists(st.lists(st.lists(st.integers(0, 3), max_size=2), min_size=1, max_size=3), min_size=1, max_size=4)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                HealthCheck.function_scoped_fixture])
+@given(script=turns, abort_at=st.one_of(st.none(), st.integers(0, 30)), compact=st.booleans(),
+       resume_first=st.booleans())
+def test_any_history_cold_starts_to_the_same_model_request(script, abort_at, compact, resume_first) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(_any_history(Path(tmp), script, abort_at, compact, resume_first))
+
+
+async def _any_history(tmp: Path, script, abort_at, compact, resume_first) -> None:
+    url = f"sqlite:///{tmp / 'we0.db'}"
+    raw = _raw_sqlite(tmp / "we0.db")
+    log: list = []
+
+    @tool(side_effects=False)
+    def flaky(url: str) -> str:
+        raise RuntimeError(f"cannot fetch {url}")
+
+    tools = [_fetch_tool(log), flaky]
+    p = SqlPersistence(url)
+    kw: dict[str, Any] = {"compaction_threshold": 0.5} if compact else {}
+    events = 0
+    for i, turn in enumerate(script):
+        steps = _turn_steps(turn) + [[text("summary of it all"), usage(input_tokens=5, output_tokens=3)]]
+        steps += [[text(f"answer {i}"), usage(input_tokens=5, output_tokens=2)]] * 3
+        agent = We0Agent(ScriptedModel(steps, context_window=200), tools=tools, persistence=p, **kw)
+        abort = asyncio.Event()
+        try:  # any outcome: what matters is what was stored
+            async for _ in agent.stream(mode="prompt", session_id="s", messages=[user_message(f"turn {i}")],
+                                        abort=abort):
+                events += 1
+                if abort_at is not None and events == abort_at:
+                    abort.set()
+        except (asyncio.CancelledError, We0Error):
+            pass
+        if compact:
+            event("compacted" if any(m.info.role == "assistant" and m.info.summary
+                                     for m in (await p.load_transcript("s")).messages) else "not compacted")
+        if resume_first and i % 2:
+            agent = We0Agent(ScriptedModel([[text("resumed")]] * 3), tools=tools, persistence=p, **kw)
+            try:
+                await agent.invoke(mode="resume", session_id="s")
+            except We0Error:
+                pass
+        await _assert_views_exact(p, raw, "s")
+        await _assert_cold_start_equal(SqlPersistence(url), "s")
+    await p.close()
