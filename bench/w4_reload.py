@@ -3,7 +3,8 @@
 Each run works on a fresh copy of the same database file (the copy is not timed), so
 every run sees exactly the same history. Measured twice:
 
-* in-process: a fresh ``SqlPersistence`` and ``We0Agent`` per run (modules already imported);
+* in-process: a fresh ``SqlPersistence`` and ``We0Agent`` per run (modules already imported;
+  an untimed ``gc.collect()`` before each run, so no run pays for the garbage of the last);
 * fresh subprocess: a new interpreter per run; imports (and one gc.collect() after them:
   otherwise the first full collection of the hundreds of thousands of objects the imports
   created lands in whatever runs first) are timed separately and the figure is open + load
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import shutil
 import statistics
@@ -31,22 +33,22 @@ from we0nb import (
     ToolPart, ToolStateCompleted, UserMessage, We0Agent, text, user_message,
 )
 from we0nb._ids import new_id
-from we0nb.engine.history import convert
+from we0nb.engine.history import convert, to_model_messages
 from we0nb.messages import MessageTime, MessageWithParts, PartTime, SessionTime, ToolTime, Usage
 from we0nb.models.view import dump_view
 
 SESSION = "ses_w4"
 
 
-async def _final(p: SqlPersistence, info, parts) -> None:
-    """Write a final message as the engine does: with its parts and its model view."""
-    view = dump_view(convert(MessageWithParts.model_construct(info=info, parts=parts)))
-    await p.upsert_batch(info, parts, view=view)
-
-
-async def build(url: str, n_messages: int) -> None:
-    """Messages written as the engine writes final messages (one batch each, with its view)."""
+async def build(url: str, n_messages: int, views: bool = True) -> None:
+    """Messages written as the engine writes final messages (one batch each, with its model
+    view); ``views=False``: without views, as a database from before schema version 2."""
     p = SqlPersistence(url)
+
+    async def _final(p: SqlPersistence, info, parts) -> None:
+        view = dump_view(convert(MessageWithParts.model_construct(info=info, parts=parts))) if views else None
+        await p.upsert_batch(info, parts, view=view)
+
     t = time.time()
     await p.upsert_session(Session(id=SESSION, title="w4", time=SessionTime(created=t, updated=t)))
     for i in range(n_messages // 2):
@@ -70,16 +72,19 @@ async def build(url: str, n_messages: int) -> None:
     await p.close()
 
 
-async def one_run(url: str) -> tuple[float, int]:
+async def one_run(url: str, check: bool = False) -> tuple[float, int]:
     t0 = time.perf_counter()
     p = SqlPersistence(url)
     agent = We0Agent(ScriptedModel([[text("one more answer")]]), persistence=p)
     result = await agent.invoke(mode="prompt", session_id=SESSION, messages=[user_message("one more")])
     t1 = time.perf_counter()
     assert result.result == "stop"
-    n = len(agent.model.requests[0].messages)
+    sent = agent.model.requests[0].messages
+    if check:  # (untimed) the model saw exactly the history the whole transcript gives
+        full = await p.load_transcript(SESSION)
+        assert sent == to_model_messages(full.messages[:-1]), "the cold start changed the model's history"
     await p.close()
-    return (t1 - t0) * 1000, n
+    return (t1 - t0) * 1000, len(sent)
 
 
 async def load_once(url: str) -> float:
@@ -124,21 +129,34 @@ def main() -> None:
     master = os.path.join(tmp, "master.db")
     asyncio.run(build(f"sqlite:///{master}", args.messages))
     size = os.path.getsize(master)
+    legacy = os.path.join(tmp, "legacy.db")
+    asyncio.run(build(f"sqlite:///{legacy}", args.messages, views=False))
 
-    def fresh_copy(i: int) -> str:
+    def fresh_copy(i: int, source: str = master) -> str:
         path = os.path.join(tmp, f"run{i}.db")
-        shutil.copyfile(master, path)
+        shutil.copyfile(source, path)
         return f"sqlite:///{path}"
 
     inproc: list[float] = []
+    no_views: list[float] = []
     hist = 0
-    for i in range(args.runs + 1):  # the first run is the warm-up
-        ms, hist = asyncio.run(one_run(fresh_copy(i)))
+    for i in range(args.runs + 1):  # the first run is the warm-up (and checks the history sent)
+        url = fresh_copy(i)
+        gc.collect()  # (untimed) a cold start does not inherit the previous run's garbage
+        ms, hist = asyncio.run(one_run(url, check=i == 0))
         if i:
             inproc.append(ms)
+    for i in range(args.runs + 1):
+        url = fresh_copy(300 + i, legacy)
+        gc.collect()
+        ms, _ = asyncio.run(one_run(url, check=i == 0))
+        if i:
+            no_views.append(ms)
     load_only: list[float] = []
     for i in range(args.runs + 1):
-        ms = asyncio.run(load_once(fresh_copy(200 + i)))
+        url = fresh_copy(200 + i)
+        gc.collect()
+        ms = asyncio.run(load_once(url))
         if i:
             load_only.append(ms)
     sub_imports: list[float] = []
@@ -153,6 +171,7 @@ def main() -> None:
           f"one more step (model saw {hist} history items); {args.runs} runs after a warm-up")
     print(f"  in-process   open+load+step ms: {spread(inproc, 2, 7)}")
     print(f"  in-process   open+load_transcript only ms: {spread(load_only, 2, 7)}")
+    print(f"  in-process   open+load+step ms, no stored views (a pre-v2 database): {spread(no_views, 2, 7)}")
     print(f"  fresh process open+load+step ms: {spread(sub_runs, 2, 7)}")
     print(f"  fresh process imports + gc.collect() ms (not in the figure above): {spread(sub_imports, 2, 7)}")
     print("  target: <= 20 ms (best peer measured: 47 ms)")
