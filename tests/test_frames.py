@@ -618,3 +618,164 @@ def test_sync_url_mapping():
     assert frames._sync_url("postgresql+asyncpg://u@h/db").drivername == "postgresql+psycopg"
     assert frames._sync_url("postgresql+psycopg_async://u@h/db").drivername == "postgresql+psycopg"
     assert frames._sync_url("sqlite:///x.db").drivername == "sqlite"
+
+
+# --------------------------------------------------------------------------- SQLite: two connections
+# An unfiltered parts/tool-calls view on a SQLite file reads its text columns on a helper
+# connection (packed by SQLite, split by Arrow) while the calling thread fetches the rest;
+# every way out of that path must give the same frame as the row-by-row read.
+
+
+def _spy(monkeypatch, name):
+    calls = []
+    real = getattr(frames, name)
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(frames, name, spy)
+    return calls
+
+
+SPLIT_VIEWS = {"parts": parts_df, "tool_calls": tool_calls_df}
+
+
+@pytest.mark.parametrize("view", list(SPLIT_VIEWS))
+def test_sqlite_file_reads_text_columns_on_a_helper(memory, sqlite_db, monkeypatch, view):
+    packed = _spy(monkeypatch, "_read_packed")
+    pd.testing.assert_frame_equal(SPLIT_VIEWS[view](sqlite_db), SPLIT_VIEWS[view](memory), check_exact=True)
+    assert len(packed) == 1
+    SPLIT_VIEWS[view](sqlite_db, "ses_a")  # a filtered view: one statement
+    assert len(packed) == 1
+
+
+def _force_commit_between(monkeypatch):
+    real = frames._one_snapshot
+    monkeypatch.setattr(frames, "_one_snapshot", lambda *a: (real(*a)[0], False))
+
+
+def _helper_fails(monkeypatch):
+    def boom(*a):
+        raise RuntimeError("helper failed")
+
+    monkeypatch.setattr(frames, "_read_packed", boom)
+
+
+def _tiny_blocks(monkeypatch):
+    monkeypatch.setattr(frames, "_BLOCK", 3)  # many blocks: the continuation after the last key
+
+
+def _blocks_over_sqlite_limit(monkeypatch):
+    """SQLite refuses a packed block longer than its length limit: smaller blocks are read."""
+    import sqlite3
+
+    monkeypatch.setattr(frames, "_BLOCK", 64)
+    monkeypatch.setattr(frames, "_MIN_BLOCK", 2)
+    real = frames._read_packed
+    refused = []
+
+    def limited(conn, block, names, nullable):
+        old = conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 600)  # > any one value, < a block of 37 ids
+        try:
+            try:
+                conn.execute(block(True, 64)[0]).fetchone()
+            except sqlite3.DataError:
+                refused.append(True)
+            return real(conn, block, names, nullable)
+        finally:
+            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, old)
+
+    monkeypatch.setattr(frames, "_read_packed", limited)
+    return refused
+
+
+@pytest.mark.parametrize("view,way", [
+    (view, way) for view in SPLIT_VIEWS for way in ("commit_between", "helper_fails", "tiny_blocks", "over_limit")
+    # the tool calls' packed JSON members are shorter than the documents SQLite must read whole
+    if (view, way) != ("tool_calls", "over_limit")
+])
+def test_helper_fallbacks_give_the_same_frame(memory, sqlite_db, monkeypatch, view, way):
+    expected = SPLIT_VIEWS[view](memory)
+    rows = _spy(monkeypatch, "_fetch_rows")
+    refused = {"commit_between": _force_commit_between, "helper_fails": _helper_fails,
+               "tiny_blocks": _tiny_blocks, "over_limit": _blocks_over_sqlite_limit}[way](monkeypatch)
+    pd.testing.assert_frame_equal(SPLIT_VIEWS[view](sqlite_db), expected, check_exact=True)
+    names = {frozenset(args[1]) for args in rows}
+    text_cols = {"text"} if view == "parts" else {"input"}
+    read_row_by_row = any(text_cols <= n for n in names)
+    assert read_row_by_row == (way in ("commit_between", "helper_fails"))
+    if way == "over_limit":
+        assert refused == [True]
+
+
+def test_separator_inside_values_is_read_row_by_row(tmp_path, monkeypatch):
+    """A value holding the packing separator (or looking like an empty/NULL marker) survives."""
+    from we0nb import SqlPersistence
+
+    src = MemoryPersistence()
+
+    async def fill():
+        sid = "ses_sep"
+        await src.upsert_session(Session(id=sid, title="sep", time=SessionTime(created=OLD, updated=OLD)))
+        u = UserMessage(id="msg_0001", session_id=sid, time=MessageTime(created=OLD))
+        await src.upsert_message(u)
+        await src.upsert_parts([
+            TextPart(id="prt_0001", session_id=sid, message_id=u.id, text="a\x1fb\x1f"),
+            TextPart(id="prt_0002", session_id=sid, message_id=u.id, text=""),
+            TextPart(id="prt_0003", session_id=sid, message_id=u.id, text="."),
+            TextPart(id="prt_0004", session_id=sid, message_id=u.id, text="\x1f"),
+        ])
+
+    asyncio.run(fill())
+    sp = SqlPersistence(f"sqlite:///{tmp_path / 'sep.db'}")
+    asyncio.run(copy_history(src, sp))
+    rows = _spy(monkeypatch, "_fetch_rows")
+    got = parts_df(sp)
+    pd.testing.assert_frame_equal(got, parts_df(src), check_exact=True)
+    assert got["text"].tolist() == ["a\x1fb\x1f", "", ".", "\x1f"]
+    assert any("text" in args[1] for args in rows)  # the block came again row by row
+
+
+def test_in_memory_sqlite_reads_one_statement(memory, monkeypatch):
+    """Two connections would not reach the same in-memory database: no helper there."""
+    from we0nb import SqlPersistence
+
+    sp = SqlPersistence("sqlite://")
+    asyncio.run(copy_history(memory, sp))
+    packed = _spy(monkeypatch, "_read_packed")
+    for fn in SPLIT_VIEWS.values():
+        pd.testing.assert_frame_equal(fn(sp), fn(memory), check_exact=True)
+    assert packed == []
+
+
+@pytest.mark.parametrize("chunk", [None, 2])
+def test_categories_outside_the_fixed_ones_from_sqlite(memory, tmp_path, monkeypatch, chunk):
+    """SQLite sends fixed categories as codes; any other stored value still comes through
+    (also when some fetched chunks hold only codes and others a string)."""
+    if chunk is not None:
+        monkeypatch.setattr(frames, "_CHUNK", chunk)
+    import sqlite3
+
+    from we0nb import SqlPersistence
+
+    path = tmp_path / "odd.db"
+    sp = SqlPersistence(f"sqlite:///{path}")
+    asyncio.run(copy_history(memory, sp))
+    calls = tool_calls_df(memory)
+    part, other = calls["part_id"].iloc[0], calls["part_id"].iloc[1]
+    text_part = parts_df(memory).query("type == 'text'")["part_id"].iloc[0]
+    with sqlite3.connect(path) as c:
+        c.execute("UPDATE we0_parts SET status = 'zzz', interrupt_reason = '7' WHERE id = ?", (part,))
+        c.execute("UPDATE we0_parts SET status = '2', interrupt_reason = NULL WHERE id = ?", (other,))
+        c.execute("UPDATE we0_parts SET type = '0' WHERE id = ?", (text_part,))
+    for sid in (None, list(set(calls["session_id"]))):  # unfiltered (two connections) and filtered
+        got = tool_calls_df(sp, sid).set_index("part_id")
+        assert got.loc[part, "status"] == "zzz" and got.loc[part, "interrupt_reason"] == "7"
+        assert got.loc[other, "status"] == "2" and pd.isna(got.loc[other, "interrupt_reason"])
+        assert list(got["status"].cat.categories) == [*frames.STATUSES, "2", "zzz"]
+        assert list(got["interrupt_reason"].cat.categories) == [*frames.INTERRUPT_REASONS, "7"]
+        parts = parts_df(sp, sid).set_index("part_id")
+        assert parts.loc[text_part, "type"] == "0"
+        assert list(parts["type"].cat.categories) == [*frames.PART_TYPES, "0"]
+        assert parts["status"].isna().sum() == parts_df(memory, sid)["status"].isna().sum()

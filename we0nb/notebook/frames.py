@@ -16,7 +16,11 @@ notebook cell, also while the kernel's event loop is running.
   values that live only in the JSON ``data`` column (text, tool input/output/error/
   metadata) are extracted by the database (``json_extract`` on SQLite, ``#>``/``#>>`` on
   PostgreSQL; other databases: parsed here). Rows are sorted after the fetch (Arrow), so
-  the order never depends on the database's collation.
+  the order never depends on the database's collation. On SQLite, categoricals with fixed
+  categories (type, status, interrupt reason) come as small integer codes, and an
+  unfiltered ``parts_df``/``tool_calls_df`` on a database file is read by two connections
+  in parallel from one snapshot: the text columns packed by SQLite on a helper thread,
+  the rest row by row (see "SQLite: two connections" below).
 * Any other persistence (MemoryPersistence): its public async port
   (``list_sessions``/``load_transcript``), run on a worker thread when a loop is running.
 
@@ -170,17 +174,26 @@ def _arrow(values: Any, typ: Any) -> Any:
 
 
 def _categorical(arr: Any, column: str) -> pd.Categorical:
-    """Categorical with string categories: the fixed ones first (role, type …), others sorted."""
-    enc = arr.dictionary_encode()
-    present = enc.dictionary.to_pylist()
+    """Categorical with string categories: the fixed ones first (role, type …), others sorted.
+
+    ``arr`` is a string array or a dictionary array (codes read from SQL, see
+    :func:`_coded`); only the values that occur become categories, either way.
+    """
+    import pyarrow as pa
+
+    enc = arr if pa.types.is_dictionary(arr.type) else arr.dictionary_encode()
+    values = enc.dictionary.to_pylist()
     codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype("int64")
+    used = np.zeros(len(values) + 1, dtype=bool)
+    used[codes] = True  # code -1 marks the last slot
+    present = [v for v, u in zip(values, used) if u]
     fixed = _FIXED_CATEGORIES.get(column)
     if fixed is not None:
         cats = list(fixed) + sorted(v for v in present if v not in fixed)
     else:
         cats = sorted(present)
     pos = {c: i for i, c in enumerate(cats)}
-    remap = np.array([pos[v] for v in present] + [-1], dtype="int64")  # code -1 → last entry → -1
+    remap = np.array([pos.get(v, -1) for v in values] + [-1], dtype="int64")  # code -1 → last entry → -1
     dtype = pd.CategoricalDtype(pd.Index(cats, dtype=_STRING))
     return pd.Categorical.from_codes(remap[codes], dtype=dtype)
 
@@ -233,7 +246,9 @@ def _build(raw: dict[str, Any], spec: dict[str, Any], group: Optional[str]) -> p
         values = raw.get(name)
         if values is None:
             values = [None] * n
-        if kind in ("id", "str", "json") or kind.startswith("cat:"):
+        if kind.startswith("cat:") and isinstance(values, pa.DictionaryArray):
+            base[name] = values  # codes read from SQL: typed by _categorical
+        elif kind in ("id", "str", "json") or kind.startswith("cat:"):
             base[name] = _arrow(values, pa.large_string())
         elif kind == "time":
             base[name] = np.array(values, dtype="float64")  # None → NaN
@@ -595,7 +610,9 @@ def _gc_paused() -> Iterator[None]:
 _CHUNK = 4_096  # rows per fetch: small enough that a chunk's row objects stay in cache
 
 
-def _kind_of(spec: dict[str, Any], name: str) -> Optional[str]:
+def _kind_of(spec: dict[str, Any], name: str, coded: dict[str, tuple]) -> Any:
+    if name in coded:
+        return ("c", coded[name])
     kind = spec.get(name)
     if kind is None or isinstance(kind, tuple):
         return None  # not a frame column (e.g. ``data`` for Python-side JSON): Python values
@@ -604,7 +621,26 @@ def _kind_of(spec: dict[str, Any], name: str) -> Optional[str]:
     return {"time": "f", "int": "i", "count": "n", "order": "n", "bool": "b"}[kind]
 
 
-def _convert_chunk(values: tuple, kind: Optional[str]) -> Any:
+def _coded(col: Any, values: Sequence[str]) -> Any:
+    """SQLite: a categorical column as small integer codes (index into ``values``; -1 for NULL).
+
+    A value not in ``values`` comes as itself behind a ``~`` (never read as a number).
+    Small Python ints are shared objects: fetching a code allocates nothing, a string
+    per row does (and then has to be encoded again for Arrow).
+    """
+    import sqlalchemy as sa
+
+    return sa.case({v: sa.literal_column(str(i)) for i, v in enumerate(values)}, value=col,
+                   else_=sa.func.ifnull(sa.literal("~", sa.String).concat(col), sa.literal_column("-1")))
+
+
+def _decode(values: Sequence[Any], known: Sequence[str]) -> list:
+    """Codes and ``~``-prefixed strings (see :func:`_coded`) back to strings/None."""
+    table = list(known)
+    return [None if v is None or v == -1 else table[v] if type(v) is int else v[1:] for v in values]
+
+
+def _convert_chunk(values: tuple, kind: Any) -> Any:
     import pyarrow as pa
 
     if kind == "s":
@@ -617,12 +653,25 @@ def _convert_chunk(values: tuple, kind: Optional[str]) -> Any:
         return np.array(values, dtype="int64")
     if kind == "b":
         return np.array(values, dtype=bool)  # SQLite's 0/1 and PostgreSQL's booleans alike
+    if isinstance(kind, tuple):  # ("c", known values): codes, or strings when one is unknown
+        try:
+            return np.array(values, dtype=np.int16)  # "~…" strings and None refuse to convert
+        except (TypeError, ValueError):
+            return pa.array(_decode(values, kind[1]), type=pa.large_string())
     return list(values)
 
 
-def _concat(chunks: list, kind: Optional[str]) -> Any:
+def _concat(chunks: list, kind: Any) -> Any:
     import pyarrow as pa
 
+    if isinstance(kind, tuple):  # coded categorical: a dictionary array, or strings
+        known = pa.array(list(kind[1]), type=pa.large_string())
+        if all(isinstance(c, np.ndarray) for c in chunks):
+            codes = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int16)
+            return pa.DictionaryArray.from_arrays(pa.array(codes, mask=codes < 0), known)
+        table = np.array(list(kind[1]) + [None], dtype=object)  # code -1 → None
+        return pa.concat_arrays([c if isinstance(c, pa.Array) else pa.array(table[c], type=pa.large_string())
+                                 for c in chunks])
     if kind in ("s", "i"):
         return pa.concat_arrays(chunks) if chunks else pa.array([], type=pa.large_string() if kind == "s" else pa.int64())
     if kind is None:
@@ -632,30 +681,224 @@ def _concat(chunks: list, kind: Optional[str]) -> Any:
     return np.concatenate(chunks)
 
 
-def _fetch_columns(sql: _Sql, stmt: Any, spec: dict[str, Any]) -> dict[str, Any]:
+def _fetch_columns(sql: _Sql, stmt: Any, spec: dict[str, Any], coded: Optional[dict[str, tuple]] = None
+                   ) -> dict[str, Any]:
     """Run ``stmt`` and return its columns as Arrow/NumPy arrays.
 
     Rows are fetched in chunks with the DB-API cursor and turned column-wise into arrays
     at once, so each chunk's row tuples are freed while still in cache (a million live
     row tuples cost more to allocate, scan and free than the query itself). Rows come
     unordered: the typing step sorts them by id, the same way for every database.
+    Columns named in ``coded`` were selected through :func:`_coded` (value → code).
     """
+    coded = coded or {}
     with sql.engine.connect() as conn:
         result = conn.execute(stmt)
         names = list(result.keys())
-        kinds = [_kind_of(spec, n) for n in names]
-        chunks: list[list] = [[] for _ in names]
         cursor = getattr(result, "cursor", None)
         fetch = cursor.fetchmany if cursor is not None else (lambda size: [tuple(r) for r in result.fetchmany(size)])
-        while True:
-            rows = fetch(_CHUNK)
-            if not rows:
-                break
-            for i, col in enumerate(zip(*rows)):
-                chunks[i].append(_convert_chunk(col, kinds[i]))
-            del rows
+        out = _fetch_rows(fetch, names, [_kind_of(spec, n, coded) for n in names])
         result.close()
+    return out
+
+
+def _fetch_rows(fetch: Callable[[int], list], names: list[str], kinds: list) -> dict[str, Any]:
+    """Fetch all rows with ``fetch(size)`` and turn them column-wise into arrays, chunk by chunk."""
+    chunks: list[list] = [[] for _ in names]
+    while True:
+        rows = fetch(_CHUNK)
+        if not rows:
+            break
+        for i, col in enumerate(zip(*rows)):
+            chunks[i].append(_convert_chunk(col, kinds[i]))
+        del rows
     return {n: _concat(c, k) for n, c, k in zip(names, chunks, kinds)}
+
+
+# ----------------------------------------------------------------- SQLite: two connections
+#
+# Python's sqlite3 builds a tuple and an object per value, holding the GIL: that is most
+# of a big fetch, so two threads fetching rows only take turns. What runs without the GIL
+# is SQLite itself — scanning, ``json_extract``, ``group_concat`` — for as long as one
+# ``sqlite3_step`` lasts. So on a SQLite file an unfiltered view is read by two
+# connections at once: the calling thread fetches the cheap columns row by row (codes,
+# numbers, the part id), a helper thread has SQLite pack the text columns (ids, text,
+# JSON members) into one string per column for each block of rows (a single step per
+# block, no Python object per row), which Arrow splits. Both read the rows in primary-key
+# order from the same snapshot (checked with ``PRAGMA data_version``), so the i-th text
+# value belongs to the i-th row; whenever that cannot be shown (a commit slipped in
+# between, a separator inside a value, an error) the text columns are read row by row on
+# the first connection, in its snapshot, instead — the frame is the same either way.
+
+_BLOCK = 262_144  # rows per packed block of the helper connection
+_MIN_BLOCK = 1_024  # a block too long for SQLite is read again in smaller ones, down to this
+_SEP = b"\x1f"  # the separator between packed values (checked: a block whose count differs is re-read)
+
+
+def _split_ok(sql: _Sql) -> bool:
+    """Whether two pooled connections of this engine reach the same SQLite file."""
+    from sqlalchemy.pool import SingletonThreadPool, StaticPool
+
+    eng = sql.engine
+    if eng.dialect.name != "sqlite" or eng.dialect.driver != "pysqlite":
+        return False
+    db = eng.url.database or ""
+    if not db or db == ":memory:" or db.startswith("file:") or eng.url.query.get("mode") == "memory":
+        return False
+    return not isinstance(eng.pool, (SingletonThreadPool, StaticPool))
+
+
+def _literal_sql(stmt: Any, dialect: Any) -> str:
+    return str(stmt.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+
+
+def _fetch_split(sql: _Sql, key: Any, where: list, a_cols: list, b_cols: list, spec: dict[str, Any],
+                 coded: dict[str, tuple]) -> dict[str, Any]:
+    """Columns ``a_cols`` row by row here, ``b_cols`` (strings) packed on a helper thread.
+
+    Rows are those of ``key``'s table matching ``where``, in ``key`` (primary key) order.
+    """
+    import threading
+
+    import sqlalchemy as sa
+
+    dialect = sql.engine.dialect
+    b_names = [c.name for c in b_cols]
+    a_sql = _literal_sql(sa.select(*a_cols).where(*where).order_by(key), dialect)
+    b_rows_sql = _literal_sql(sa.select(*b_cols).where(*where).order_by(key), dialect)
+    nullable = [not (isinstance(c, sa.Column) and not c.nullable) for c in b_cols]
+
+    compiled: dict[tuple[bool, int], tuple[str, str]] = {}
+
+    def block(first: bool, size: int) -> tuple[str, str]:
+        """SQL for one block of ``size`` rows: packed (count, last key, one string per column), and rows."""
+        if (first, size) not in compiled:
+            compiled[first, size] = _block_sql(first, size)
+        return compiled[first, size]
+
+    def _block_sql(first: bool, size: int) -> tuple[str, str]:
+        cond = list(where) if first else [*where, key > sa.literal_column("?")]
+        sub = sa.select(key.label("k"), *b_cols).where(*cond).order_by(key).limit(size).subquery()
+        packed = [sa.func.group_concat(
+            sa.case((sub.c[n].is_(None), sa.literal("", sa.String)), else_=sa.literal(".", sa.String).concat(sub.c[n]))
+            if null else sub.c[n], sa.literal_column(f"x'{_SEP.hex()}'")) for n, null in zip(b_names, nullable)]
+        agg = sa.select(sa.func.count(), sa.func.max(sub.c.k), *[sa.cast(p, sa.LargeBinary) for p in packed])
+        rows = sa.select(*[sub.c[n] for n in b_names])
+        return _literal_sql(agg, dialect), _literal_sql(rows, dialect)
+
+    block(True, _BLOCK), block(False, _BLOCK)
+    a_names = [c.name for c in a_cols]
+    kinds = {n: _kind_of(spec, n, coded) for n in a_names + b_names}
+    ra, rb = sql.engine.raw_connection(), sql.engine.raw_connection()
+    try:
+        a, b = ra.driver_connection, rb.driver_connection
+        if a is b or a.in_transaction or b.in_transaction:  # not two fresh connections: one statement
+            everything = _literal_sql(sa.select(*a_cols, *b_cols).where(*where).order_by(key), dialect)
+            return _fetch_rows(a.execute(everything).fetchmany, a_names + b_names, [kinds[n] for n in a_names + b_names])
+        helper: Optional[threading.Thread] = None
+        got: dict[str, Any] = {}
+        try:
+            a_cur, same = _one_snapshot(a, a_sql, b, key.table.name)
+            if same:
+                def run() -> None:
+                    try:
+                        got["b"] = _read_packed(b, block, b_names, nullable)
+                    except BaseException as e:  # noqa: BLE001 - the columns are read row by row instead
+                        got["error"] = e
+
+                helper = threading.Thread(target=run, name="we0nb-frames", daemon=True)
+                helper.start()
+            raw = _fetch_rows(a_cur.fetchmany, a_names, [kinds[n] for n in a_names])
+        except BaseException:
+            if helper is not None:
+                b.interrupt()
+            raise
+        finally:
+            if helper is not None:
+                helper.join()
+        packed = got.get("b")
+        if packed is not None and all(len(v) == len(raw[a_names[0]]) for v in packed.values()):
+            raw.update(packed)
+        else:  # row by row, in the first connection's snapshot (still open)
+            raw.update(_fetch_rows(a.execute(b_rows_sql).fetchmany, b_names, [kinds[n] for n in b_names]))
+        return raw
+    finally:
+        for r in (ra, rb):
+            try:
+                r.driver_connection.rollback()
+            finally:
+                r.close()
+
+
+def _one_snapshot(a: Any, a_sql: str, b: Any, table: str) -> tuple[Any, bool]:
+    """Start ``a_sql`` on ``a`` and a read transaction on ``b``; whether both read one snapshot.
+
+    Both open explicit transactions (a snapshot lasts until its rollback). ``PRAGMA
+    data_version`` changes when another connection commits: the same value on ``b``
+    before ``a``'s snapshot and inside ``b``'s own means no commit came in between.
+    """
+    v0 = b.execute("PRAGMA data_version").fetchone()[0]
+    a.execute("BEGIN")
+    cursor = a.execute(a_sql)  # its first step takes a's snapshot
+    b.execute("BEGIN")
+    b.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchall()  # takes b's
+    return cursor, b.execute("PRAGMA data_version").fetchone()[0] == v0
+
+
+def _read_packed(conn: Any, block: Callable[[bool, int], tuple[str, str]], names: list[str],
+                 nullable: list[bool]) -> dict[str, Any]:
+    """The helper's side of :func:`_fetch_split`: all packed blocks first, then Arrow splits them.
+
+    Every call into Python here has to win the GIL from the row-fetching thread (a wait of
+    up to the switch interval), so the helper makes few calls: big blocks, and one split
+    per column for all blocks together.
+    """
+    import sqlite3
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    blocks: list[tuple[tuple, int, int, list]] = []  # parameters, block size, row count, packed columns
+    last: Optional[str] = None
+    size = _BLOCK
+    while True:
+        params = () if last is None else (last,)
+        try:
+            count, last_key, *packs = conn.execute(block(last is None, size)[0], params).fetchone()
+        except sqlite3.DataError:  # a block's text over SQLite's length limit: smaller blocks
+            if size <= _MIN_BLOCK:
+                raise
+            size = max(_MIN_BLOCK, size // 8)
+            continue
+        if not count:
+            break
+        blocks.append((params, size, count, packs))
+        last = last_key
+    counts = np.array([b[2] for b in blocks], dtype="int64")
+    bad = np.zeros(len(blocks), dtype=bool)
+    split = []
+    for i in range(len(names)):
+        blobs = [b[3][i] for b in blocks]
+        bad |= np.array([x is None for x in blobs], dtype=bool)
+        lists = pc.split_pattern(pa.array([x or b"" for x in blobs], type=pa.large_binary()), _SEP)
+        lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False).astype("int64")
+        bad |= lengths != counts  # a separator inside a value
+        split.append((lists, lengths))
+    rows = {j: _fetch_rows(conn.execute(block(not blocks[j][0], blocks[j][1])[1], blocks[j][0]).fetchmany, names,
+                           ["s"] * len(names)) for j in np.flatnonzero(bad)}
+    out: dict[str, Any] = {}
+    for i, (name, null) in enumerate(zip(names, nullable)):
+        lists, lengths = split[i]
+        values = pc.list_flatten(lists).cast(pa.large_string())  # checks the UTF-8
+        if null:  # "" is NULL, "." + value a value
+            values = pc.if_else(pc.equal(pc.binary_length(values), 0), pa.scalar(None, pa.large_string()),
+                                pc.utf8_slice_codeunits(values, 1))
+        if rows:
+            starts = np.concatenate([[0], np.cumsum(lengths)])
+            values = pa.concat_arrays([rows[j][name] if j in rows else values.slice(starts[j], lengths[j])
+                                       for j in range(len(blocks))])
+        out[name] = values
+    return out
 
 
 def _time_filter(stmt: Any, col: Any, since: Optional[int], until: Optional[int]) -> Any:
@@ -714,16 +957,23 @@ def _sql_parts(sql: _Sql, ids, since, until, tools_only: bool) -> dict[str, Any]
 
     pt, m = S.parts, S.messages
     dialect = sql.engine.dialect.name
-    cols = [pt.c.session_id, pt.c.message_id, pt.c.id.label("part_id"), pt.c.tool, pt.c.status,
+    # SQLite: categoricals with fixed categories as codes (see _coded)
+    coded = {"status": STATUSES, "type": PART_TYPES, "interrupt_reason": INTERRUPT_REASONS} \
+        if dialect == "sqlite" else {}
+
+    def cat(col: Any, name: str) -> Any:
+        return _coded(col, coded[name]).label(name) if name in coded else col.label(name)
+
+    cols = [pt.c.session_id, pt.c.message_id, pt.c.id.label("part_id"), pt.c.tool, cat(pt.c.status, "status"),
             pt.c.time_start.label("start"), pt.c.time_end.label("end")]
     if tools_only:
-        cols += [pt.c.call_id, pt.c.interrupted, pt.c.interrupt_reason, pt.c.recalled]
+        cols += [pt.c.call_id, pt.c.interrupted, cat(pt.c.interrupt_reason, "interrupt_reason"), pt.c.recalled]
     # members that only the JSON document holds: (name, path, as_json)
     if tools_only:
         wanted = [("input", ("state", "input"), True), ("output", ("state", "output"), False),
                   ("error", ("state", "error"), False), ("metadata", ("state", "metadata"), True)]
     else:
-        cols.append(pt.c.type)
+        cols.append(cat(pt.c.type, "type"))
         wanted = [("text", ("text",), False), ("summary", ("summary",), False)]
     exprs = {name: _json_value(dialect, pt.c.data, path, as_json=as_json) for name, path, as_json in wanted}
     in_python = any(e is None for e in exprs.values())
@@ -735,6 +985,14 @@ def _sql_parts(sql: _Sql, ids, since, until, tools_only: bool) -> dict[str, Any]
         # only text/reasoning parts carry text, only compaction parts a summary: one column
         cols.append(sa.case((pt.c.type.in_(("text", "reasoning")), exprs["text"]),
                             (pt.c.type == "compaction", exprs["summary"]), else_=sa.null()).label("text"))
+    if not in_python and ids is None and since is None and until is None and _split_ok(sql):
+        # to the helper: what costs SQLite the most (JSON) and, for parts, the two repeated
+        # ids, so that both connections take about as long
+        heavy = {"input", "output", "error", "metadata"} if tools_only else {"session_id", "message_id", "text"}
+        return _fetch_split(sql, pt.c.id, [pt.c.type.concat("") == "tool"] if tools_only else [],
+                            [pt.c.id.label("part_id")] + [c for c in cols if c.name not in heavy | {"part_id"}],
+                            [c for c in cols if c.name in heavy], TOOL_CALL_COLUMNS if tools_only else PART_COLUMNS,
+                            coded)
     stmt = sa.select(*cols)
     if tools_only:
         # ``type || ''`` keeps SQLite from walking ix_we0_parts_tool and looking up a third of
@@ -746,7 +1004,7 @@ def _sql_parts(sql: _Sql, ids, since, until, tools_only: bool) -> dict[str, Any]
     if since is not None or until is not None:
         stmt = stmt.join(m, m.c.id == pt.c.message_id)
         stmt = _time_filter(stmt, m.c.created, since, until)
-    raw = _fetch_columns(sql, stmt, TOOL_CALL_COLUMNS if tools_only else PART_COLUMNS)
+    raw = _fetch_columns(sql, stmt, TOOL_CALL_COLUMNS if tools_only else PART_COLUMNS, coded)
     if in_python:  # a database without JSON functions we know: extract here
         data = raw.pop("data")
         got = {name: _py_json_value(data, path, as_json) for name, path, as_json in wanted}
