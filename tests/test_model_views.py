@@ -224,7 +224,9 @@ async def test_schema_version_1_is_upgraded_in_place_and_still_loads(db) -> None
     for q in ("1", "2"):
         await agent.invoke(mode="prompt", session_id="s", messages=[user_message(q)])
     await p.close()
-    # turn the database back into what version 1 wrote: no column, no trigger
+    # turn the database back into what version 1 wrote: no column, no trigger, a full tool index
+    raw("DROP INDEX ix_we0_parts_tool")
+    raw("CREATE INDEX ix_we0_parts_tool ON we0_parts (type, tool, status)")
     if name == "postgres":
         raw("DROP TRIGGER we0_parts_view ON we0_parts")
         raw("DROP FUNCTION we0_parts_view_stale()")
@@ -237,6 +239,10 @@ async def test_schema_version_1_is_upgraded_in_place_and_still_loads(db) -> None
     q = make()
     recent = await _assert_cold_start_equal(q, "s")  # opens, upgrades, loads every message as an object
     assert raw("SELECT value FROM we0_meta WHERE key = 'schema_version'") == [(str(S.SCHEMA_VERSION),)]
+    index_sql = raw("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_we0_parts_tool' "
+                        "AND schemaname = current_schema()") if name == "postgres" \
+        else raw("SELECT sql FROM sqlite_master WHERE name = 'ix_we0_parts_tool'")
+    assert len(index_sql) == 1 and "WHERE" in index_sql[0][0] and "type" not in index_sql[0][0].split("WHERE")[0]
     assert recent.earlier == [] and len(recent.messages) == 4
     agent = We0Agent(ScriptedModel([[text("c")]]), persistence=q)
     await agent.invoke(mode="prompt", session_id="s", messages=[user_message("3")])

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text, text
 
 __all__ = ["SCHEMA_VERSION", "metadata", "meta", "sessions", "messages", "parts", "leases",
            "cut", "message_columns", "part_columns", "triggers", "upgrade"]
@@ -90,7 +90,10 @@ parts = Table(
     Column("recalled", Boolean, nullable=False, default=False),
     Column("data", Text, nullable=False),
     Index("ix_we0_parts_session", "session_id", "message_id", "id"),
-    Index("ix_we0_parts_tool", "type", "tool", "status"),
+    # tool calls by tool and status, for analytics; partial, so the writes of the other
+    # parts (step marks, text) do not maintain it
+    Index("ix_we0_parts_tool", "tool", "status", sqlite_where=text("type = 'tool'"),
+          postgresql_where=text("type = 'tool'")),
     sqlite_with_rowid=False,
 )
 
@@ -129,12 +132,23 @@ def triggers(dialect: str) -> list[str]:
     return []
 
 
+def _create_index(index: Index, dialect: str) -> str:
+    from sqlalchemy.dialects import postgresql, sqlite
+    from sqlalchemy.schema import CreateIndex
+
+    d = sqlite.dialect() if dialect == "sqlite" else postgresql.dialect()
+    return str(CreateIndex(index).compile(dialect=d))
+
+
 def upgrade(version: int, dialect: str) -> list[str]:
     """The statements that bring a database at schema ``version`` to :data:`SCHEMA_VERSION`."""
     out: list[str] = []
-    if version < 2:  # 1 → 2: the model-view cache
+    if version < 2:  # 1 → 2: the model-view cache; the tool index made partial
         out.append("ALTER TABLE we0_messages ADD COLUMN model_view TEXT")
         out.extend(triggers(dialect))
+        out.append("DROP INDEX IF EXISTS ix_we0_parts_tool")
+        tool_index = next(i for i in parts.indexes if i.name == "ix_we0_parts_tool")
+        out.append(_create_index(tool_index, dialect))
     return out
 
 
