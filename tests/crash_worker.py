@@ -109,6 +109,12 @@ def make_persistence(w: Worker) -> SqlPersistence:
 
         async def upsert_batch(self, message: Any, parts: Any, **kw: Any) -> None:
             await super().upsert_batch(message, parts, **kw)
+            before = kw.get("before")
+            if before is not None:  # (a step's end, committed with the next step's start)
+                for part in before[1]:
+                    await self._after_part(part)
+                if before[0] is not None:
+                    await self._after_message(before[0])
             for part in parts:
                 await self._after_part(part)
             if message is not None:

@@ -119,6 +119,10 @@ class Run:
         self._dirty: dict[str, Part] = {}
         self._last_flush = 0.0
         self._parent: Optional[str] = None
+        # a finished step's end, committed with the next write (see _step); its events wait
+        # for that commit
+        self._end: Optional[tuple[AssistantMessage, tuple[Part, ...], MessageWithParts]] = None
+        self._end_events: list[dict[str, Any]] = []
         self.compactor = Compactor(self)
 
     # ------------------------------------------------------------------ abort plumbing
@@ -161,7 +165,12 @@ class Run:
         if dirty:
             parts = (*dirty.values(), *parts)
             dirty.clear()
-        if final is not None:
+        end = self._end
+        if end is not None:  # the previous step's end goes first, in the same transaction
+            self._end = None
+            await self.p.upsert_batch(message, parts, view=self.view_of(final) if final is not None else None,
+                                      before=(end[0], end[1], self.view_of(end[2])))
+        elif final is not None:
             await self.p.upsert_batch(message, parts, view=self.view_of(final))
         elif message is None and len(parts) == 1:
             await self.p.upsert_part(parts[0])
@@ -189,6 +198,14 @@ class Run:
         await self._write_part(part)
         self._last_flush = _time.monotonic()
         return part
+
+    async def _commit_end(self) -> AsyncIterator[dict[str, Any]]:
+        """Commit a pending step end now (the run goes no further) and yield its events."""
+        if self._end is not None:
+            await self._write(None)
+        events, self._end_events = self._end_events, []
+        for ev in events:
+            yield ev
 
     async def _persist_interrupted_run(self) -> None:
         """On abort/cancel: write what was produced, close nothing."""
@@ -239,8 +256,12 @@ class Run:
                             recovered = True
                             yield ev
                     if not self._needs_step(recovered):
+                        async for ev in self._commit_end():
+                            yield ev
                         break
                     if self.steps >= agent.max_steps:
+                        async for ev in self._commit_end():
+                            yield ev
                         raise MaxStepsExceeded(req.session_id, agent.max_steps)
                     try:
                         async for ev in self._step():
@@ -250,7 +271,15 @@ class Run:
                             raise
                     if self.has_output:
                         break
-                    if self.compactor.due():
+                    try:
+                        due = self.compactor.due()
+                    except BaseException:
+                        async for ev in self._commit_end():
+                            yield ev
+                        raise
+                    if due:
+                        async for ev in self._commit_end():
+                            yield ev
                         async for ev in self.compactor.compact():
                             yield ev
                         break
@@ -269,7 +298,9 @@ class Run:
                 )
                 yield {"type": "finish", "result": self.result}
             except _Aborted:
-                await self._persist_interrupted_run()
+                await self._persist_interrupted_run()  # (commits a pending step end too)
+                async for ev in self._commit_end():  # its events, now that it is durable
+                    yield ev
                 raise asyncio.CancelledError("run aborted") from None
             except (asyncio.CancelledError, GeneratorExit):
                 if self._cancelled_by_abort and task is not None and hasattr(task, "uncancel"):
@@ -277,6 +308,11 @@ class Run:
                 await asyncio.shield(self._persist_interrupted_run())
                 raise
         finally:
+            if self._end is not None:  # an error left a step's end unwritten: write it
+                try:
+                    await asyncio.shield(self._write(None))
+                except Exception:  # the store failing again must not hide the first error
+                    pass
             watcher.remove_done_callback(self._on_abort)
             if not watcher.done():
                 watcher.cancel()
@@ -432,7 +468,18 @@ class Run:
         self.messages.append(msg)
         start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=info.id, time=t0)
         msg.parts.append(start)
-        await self._write(info, start)  # durability point: the unfinished message exists
+        # durability point: the unfinished message exists (committed with the previous step's end)
+        await self._write(info, start)
+        if self._end_events:
+            events, self._end_events = self._end_events, []
+            for ev in events:
+                yield ev
+            if self.req.abort.is_set():
+                # aborted on the previous step's end: as if this step had not started
+                await p.delete_messages(sid, [info.id])
+                self.messages.pop()
+                self.steps -= 1
+                raise _Aborted
         yield {"type": "step-start", "step": self.steps, "message": info.model_copy()}
 
         finish = FinishEvent()
@@ -538,12 +585,23 @@ class Run:
         info.time = MessageTime(created=info.time.created, completed=end)
         info.finish_reason = finish.reason
         info.usage = finish.usage
-        # durability point: the step's end (with any part not written yet) in one transaction
+        end_events = [{"type": "tool", "part": _snapshot(tools[-1])}] if tools else []
+        end_events.append({"type": "step-finish", "step": self.steps, "message": info.model_copy(),
+                           "finish_reason": finish.reason, "usage": finish.usage})
+        if agent.output_type is None:
+            # durability point: the step's end (with any part not written yet) — committed with
+            # whatever the loop writes next, at once: the next step's start, or the run's end
+            # (_commit_end). Nothing is yielded or run before that commit, and its events wait
+            # for it, so a crash sees the same states as with a commit of its own, one fewer.
+            dirty = self._dirty
+            dirty.pop(sf.id, None)
+            self._end = (info, (*dirty.values(), sf), msg)
+            dirty.clear()
+            self._end_events = end_events
+            return
         await self._write(info, sf, final=msg)
-        if tools:
-            yield {"type": "tool", "part": _snapshot(tools[-1])}
-        yield {"type": "step-finish", "step": self.steps, "message": info.model_copy(),
-               "finish_reason": finish.reason, "usage": finish.usage}
+        for ev in end_events:
+            yield ev
         self._after_output_errors(parts)
 
     async def _close_stream(self, stream: Any) -> None:

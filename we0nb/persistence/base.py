@@ -16,9 +16,11 @@ from typing import Optional, Sequence, Union
 from ..messages import AssistantMessage, MessageWithParts, Part, Session, Transcript, UserMessage
 from ..models.base import ModelMessage
 
-__all__ = ["Persistence", "Lease", "lease_owner", "RecentHistory", "recent_start"]
+__all__ = ["Persistence", "Lease", "lease_owner", "RecentHistory", "recent_start", "Batch"]
 
 MessageInfo = Union[UserMessage, AssistantMessage]
+#: one write of :meth:`Persistence.upsert_batch`: (message or None, parts, model view or None)
+Batch = tuple[Optional[MessageInfo], Sequence[Part], Optional[str]]
 
 
 def lease_owner(run_id: str) -> str:
@@ -116,15 +118,18 @@ class Persistence(abc.ABC):
         await self.upsert_batch(None, parts)
 
     async def upsert_batch(self, message: Optional[MessageInfo], parts: Sequence[Part], *,
-                           view: Optional[str] = None) -> None:
+                           view: Optional[str] = None, before: Optional[Batch] = None) -> None:
         """Write a message and parts together — one transaction where the backend has them.
 
         The loop uses it where several writes belong to one durability point (a step's
         start, a step's end), so a crash keeps all of them or none. ``view`` is given with
         a message's final write (stores with :attr:`keeps_views` only): the message as the
         model sees it (:func:`we0nb.models.view.dump_view`), kept until the message or one
-        of its parts is written again.
+        of its parts is written again. ``before``: another ``(message, parts, view)`` written
+        first, in the same transaction (a step's end with the next step's start).
         """
+        if before is not None:
+            await self.upsert_batch(before[0], before[1], view=before[2])
         if message is not None:
             await self.upsert_message(message)
         for p in parts:

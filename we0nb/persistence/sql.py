@@ -60,7 +60,7 @@ from ..errors import CorruptRecordError, PersistenceError, SchemaVersionError, S
 from ..messages import Message, MessageWithParts, Part, Session, Transcript
 from . import schema as S
 from ..models.view import load_views
-from .base import Lease, MessageInfo, Persistence, RecentHistory, lease_owner, recent_start
+from .base import Batch, Lease, MessageInfo, Persistence, RecentHistory, lease_owner, recent_start
 
 __all__ = ["SqlPersistence"]
 
@@ -846,13 +846,14 @@ class SqlPersistence(Persistence):
         await self._exec("upsert_part", _part_row(part))
 
     async def upsert_batch(self, message: Optional[MessageInfo], parts: Sequence[Part], *,
-                           view: Optional[str] = None) -> None:
+                           view: Optional[str] = None, before: Optional[Batch] = None) -> None:
         ops: list[tuple[str, Any]] = []
-        if parts:
-            ops.append(("upsert_part", [_part_row(p) for p in parts]))
-        if message is not None:
-            # after the parts: writing a part drops its message's view (a trigger)
-            ops.append(("upsert_message", [_message_row(message, view)]))
+        for m, ps, v in ((before, (message, parts, view)) if before is not None else ((message, parts, view),)):
+            if ps:
+                ops.append(("upsert_part", [_part_row(p) for p in ps]))
+            if m is not None:
+                # after the parts: writing a part drops its message's view (a trigger)
+                ops.append(("upsert_message", [_message_row(m, v)]))
         if ops:
             await self._tx(ops)
 

@@ -1,0 +1,106 @@
+"""A step's end is committed together with the next step's start — one commit fewer per
+step, and never later: its events come only after that commit, an error or an abort
+still writes it, and an abort on it leaves no trace of the step that did not start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from we0nb import MaxStepsExceeded, MemoryPersistence, ScriptedModel, SqlPersistence, We0Agent, text, tool, \
+    tool_call, user_message
+
+
+@tool(side_effects=False)
+def ping(i: int) -> str:
+    return f"pong {i}"
+
+
+class Counting(MemoryPersistence):
+    """Records the top-level write calls (each one transaction in a SQL store)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+        self._depth = 0
+
+    async def upsert_part(self, part: Any) -> None:
+        if not self._depth:
+            self.writes.append("part")
+        await super().upsert_part(part)
+
+    async def upsert_batch(self, message: Any, parts: Any, **kw: Any) -> None:
+        if not self._depth:
+            self.writes.append("batch+end" if kw.get("before") is not None else "batch")
+        self._depth += 1
+        try:
+            await super().upsert_batch(message, parts, **kw)
+        finally:
+            self._depth -= 1
+
+
+async def test_a_tool_step_costs_two_commits() -> None:
+    p = Counting()
+    k = 5
+    agent = We0Agent(ScriptedModel([[tool_call("ping", {"i": i})] for i in range(k)] + [[text("done")]]),
+                     tools=[ping], persistence=p)
+    await agent.invoke(session_id="s", messages=[user_message("go")])
+    writes = p.writes
+    # the user message; per tool step its start (after the first: with the previous end) and
+    # the write-ahead; the final step's start (with the last tool step's end), its text part
+    # when it opens and when it closes, and its end, alone: nothing follows it
+    assert writes == ["batch"] + ["batch", "part"] + ["batch+end", "part"] * (k - 1) + \
+        ["batch+end", "part", "part", "batch+end"]
+
+
+async def test_step_finish_is_seen_only_once_durable(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'we0.db'}"
+    agent = We0Agent(ScriptedModel([[tool_call("ping", {"i": 1})], [tool_call("ping", {"i": 2})], [text("ok")]]),
+                     tools=[ping], persistence=SqlPersistence(url))
+    seen = 0
+    async for ev in agent.stream(session_id="s", messages=[user_message("go")]):
+        if ev["type"] == "step-finish":
+            seen += 1
+            other = SqlPersistence(url)  # another connection: what a crash right now would leave
+            tr = await other.load_transcript("s")
+            done = next(m for m in tr.messages if m.info.id == ev["message"].id)
+            assert done.info.time.completed is not None
+            assert [x.state.status for x in done.tool_parts] == ["completed"] * len(done.tool_parts)
+            await other.close()
+    assert seen == 3
+    await agent.persistence.close()
+
+
+async def test_an_error_after_a_step_still_writes_its_end() -> None:
+    p = MemoryPersistence()
+    agent = We0Agent(ScriptedModel([[tool_call("ping", {"i": 1})], [text("never")]]), tools=[ping],
+                     persistence=p, max_steps=1)
+    events = []
+    with pytest.raises(MaxStepsExceeded):
+        async for ev in agent.stream(session_id="s", messages=[user_message("go")]):
+            events.append(ev["type"])
+    assert events[-1] == "step-finish"
+    last = (await p.load_transcript("s")).messages[-1]
+    assert last.info.time.completed is not None and last.tool_parts[0].state.status == "completed"
+
+
+async def test_abort_on_step_finish_leaves_no_next_step(tmp_path: Path) -> None:
+    p = SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}")
+    model = ScriptedModel([[tool_call("ping", {"i": 1})], [text("second")]])
+    agent = We0Agent(model, tools=[ping], persistence=p)
+    abort = asyncio.Event()
+    with pytest.raises(asyncio.CancelledError):
+        async for ev in agent.stream(abort=abort, session_id="s", messages=[user_message("go")]):
+            if ev["type"] == "step-finish":
+                abort.set()
+    assert len(model.requests) == 1
+    tr = await p.load_transcript("s")
+    assert [m.info.role for m in tr.messages] == ["user", "assistant"]
+    assert tr.messages[-1].info.time.completed is not None
+    r = await agent.invoke(mode="resume", session_id="s")
+    assert r.text == "second" and len(model.requests) == 2
+    await p.close()
