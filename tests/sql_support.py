@@ -62,3 +62,17 @@ def pg_schema() -> Iterator[str]:
         yield name
     finally:
         drop_schema(name)
+
+
+def sqlite_raw(path):
+    """A function that runs one SQL statement on the SQLite file ``path`` and returns its rows."""
+    import sqlite3
+
+    def raw(sql: str) -> list:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            return conn.execute(sql).fetchall()
+        finally:
+            conn.close()
+
+    return raw

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from sql_support import PG_SKIP_REASON, PG_URL, create_schema, drop_schema, pg_execute
+from sql_support import PG_SKIP_REASON, PG_URL, create_schema, drop_schema, pg_execute, sqlite_raw
 from we0nb import (
     MemoryPersistence, ScriptedModel, SqlPersistence, We0Agent, reasoning, text, tool, tool_call, usage,
     user_message,
@@ -78,16 +77,6 @@ async def test_memory_has_no_views_and_loads_everything() -> None:
 # --------------------------------------------------------------------------- backends
 
 
-def _raw_sqlite(path: Path):
-    def raw(sql: str) -> list:
-        conn = sqlite3.connect(path, isolation_level=None)
-        try:
-            return conn.execute(sql).fetchall()
-        finally:
-            conn.close()
-    return raw
-
-
 @pytest.fixture(params=["sqlite", "sqlite-aiosqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Any, str]]:
     """(make a persistence, run raw SQL, backend name) on one fresh database."""
@@ -110,7 +99,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, An
             url = f"sqlite:///{path}" if inline else f"sqlite+aiosqlite:///{path}"
             made.append(SqlPersistence(url, inline_sqlite=inline))
             return made[-1]
-        raw = _raw_sqlite(path)
+        raw = sqlite_raw(path)
     try:
         yield make, raw, request.param
     finally:
@@ -286,7 +275,7 @@ def test_any_history_cold_starts_to_the_same_model_request(script, abort_at, com
 
 async def _any_history(tmp: Path, script, abort_at, compact, resume_first) -> None:
     url = f"sqlite:///{tmp / 'we0.db'}"
-    raw = _raw_sqlite(tmp / "we0.db")
+    raw = sqlite_raw(tmp / "we0.db")
     log: list = []
 
     @tool(side_effects=False)

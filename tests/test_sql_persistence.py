@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from typing import Any, Callable, Iterator, Optional
 import pytest
 from sqlalchemy import text as sql_text
 
-from sql_support import PG_SKIP_REASON, PG_URL, create_schema, drop_schema, pg_execute, pg_schema  # noqa: F401
+from sql_support import PG_SKIP_REASON, PG_URL, create_schema, drop_schema, pg_execute, pg_schema, sqlite_raw  # noqa: F401
 from we0nb import (
     AssistantMessage,
     CompactionPart,
@@ -85,30 +84,19 @@ BACKENDS = [
 ]
 
 
-def _sqlite_raw(path: Path) -> Callable[[str], list]:
-    def raw(sql: str) -> list:
-        conn = sqlite3.connect(path, isolation_level=None)
-        try:
-            return conn.execute(sql).fetchall()
-        finally:
-            conn.close()
-
-    return raw
-
-
 def _backend(name: str, tmp_path: Path) -> Iterator[Backend]:
     db = tmp_path / "we0.db"
     schema = None
     if name == "memory":
         b = Backend(name, MemoryPersistence)
     elif name == "sqlite":
-        b = Backend(name, lambda: SqlPersistence(f"sqlite:///{db}"), _sqlite_raw(db))
+        b = Backend(name, lambda: SqlPersistence(f"sqlite:///{db}"), sqlite_raw(db))
     elif name == "sqlite-aiosqlite":
-        b = Backend(name, lambda: SqlPersistence(f"sqlite+aiosqlite:///{db}", inline_sqlite=False), _sqlite_raw(db))
+        b = Backend(name, lambda: SqlPersistence(f"sqlite+aiosqlite:///{db}", inline_sqlite=False), sqlite_raw(db))
     elif name == "sqlite-engine":
         from sqlalchemy.ext.asyncio import create_async_engine
 
-        b = Backend(name, lambda: SqlPersistence(create_async_engine(f"sqlite+aiosqlite:///{db}")), _sqlite_raw(db))
+        b = Backend(name, lambda: SqlPersistence(create_async_engine(f"sqlite+aiosqlite:///{db}")), sqlite_raw(db))
     else:
         if PG_URL is None:
             pytest.skip(PG_SKIP_REASON)

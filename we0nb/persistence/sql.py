@@ -40,6 +40,7 @@ lease every ``lease_renew`` seconds while the run goes on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -49,7 +50,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from typing import Any, NoReturn, Optional, Sequence, Union
+from typing import Any, Iterator, NoReturn, Optional, Sequence, Union
 from urllib.parse import urlencode
 
 from pydantic import TypeAdapter, ValidationError
@@ -314,42 +315,39 @@ class _Inline:
         from sqlalchemy.schema import CreateIndex, CreateTable
 
         dialect = sqlite_dialect.dialect()
+        with self._schema_tx(conn):
+            for table in S.metadata.sorted_tables:
+                conn.execute(str(CreateTable(table, if_not_exists=True).compile(dialect=dialect)))
+                for index in table.indexes:
+                    conn.execute(str(CreateIndex(index, if_not_exists=True).compile(dialect=dialect)))
+            for stmt in S.triggers("sqlite"):
+                conn.execute(stmt)
+            conn.execute(_SQL["version_set"], {"key": _VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
+            row = conn.execute(_SQL["version_get"], {"key": _VERSION_KEY}).fetchone()
+        _check_version(row[0] if row else S.SCHEMA_VERSION, self.where)
+
+    @contextlib.contextmanager
+    def _schema_tx(self, conn: sqlite3.Connection) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on any error): schema work under the write lock."""
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for table in S.metadata.sorted_tables:
-                    ddl = str(CreateTable(table, if_not_exists=True).compile(dialect=dialect))
-                    conn.execute(ddl)
-                    for index in table.indexes:
-                        conn.execute(str(CreateIndex(index, if_not_exists=True).compile(dialect=dialect)))
-                for stmt in S.triggers("sqlite"):
-                    conn.execute(stmt)
-                conn.execute(_SQL["version_set"], {"key": _VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
-                row = conn.execute(_SQL["version_get"], {"key": _VERSION_KEY}).fetchone()
+                yield
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as e:
             self._raise(e)
-        _check_version(row[0] if row else S.SCHEMA_VERSION, self.where)
 
     def _upgrade(self, conn: sqlite3.Connection) -> None:
         """An older schema: upgrade it in place, under the write lock (another process may race)."""
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = conn.execute(_SQL["version_get"], {"key": _VERSION_KEY}).fetchone()
-                version = _check_version(row[0], self.where)
-                for stmt in S.upgrade(version, "sqlite"):
-                    conn.execute(stmt)
-                conn.execute(_SQL["version_update"], {"key": _VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as e:
-            self._raise(e)
+        with self._schema_tx(conn):
+            row = conn.execute(_SQL["version_get"], {"key": _VERSION_KEY}).fetchone()
+            version = _check_version(row[0], self.where)
+            for stmt in S.upgrade(version, "sqlite"):
+                conn.execute(stmt)
+            conn.execute(_SQL["version_update"], {"key": _VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
         if version < S.SCHEMA_VERSION:
             log.info("upgraded %s from we0nb schema version %s to %s", self.where, version, S.SCHEMA_VERSION)
 
