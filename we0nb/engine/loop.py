@@ -165,17 +165,15 @@ class Run:
         if dirty:
             parts = (*dirty.values(), *parts)
             dirty.clear()
+        view = self.view_of(final) if final is not None else None
         end = self._end
         if end is not None:  # the previous step's end goes first, in the same transaction
             self._end = None
-            await self.p.upsert_batch(message, parts, view=self.view_of(final) if final is not None else None,
-                                      before=(end[0], end[1], self.view_of(end[2])))
-        elif final is not None:
-            await self.p.upsert_batch(message, parts, view=self.view_of(final))
+            await self.p.upsert_batch(message, parts, view=view, before=(end[0], end[1], self.view_of(end[2])))
         elif message is None and len(parts) == 1:
             await self.p.upsert_part(parts[0])
         elif message is not None or parts:
-            await self.p.upsert_batch(message, parts)
+            await self.p.upsert_batch(message, parts, view=view)
 
     async def _write_part(self, part: Part) -> None:
         await self._write(None, part)
@@ -593,10 +591,8 @@ class Run:
             # whatever the loop writes next, at once: the next step's start, or the run's end
             # (_commit_end). Nothing is yielded or run before that commit, and its events wait
             # for it, so a crash sees the same states as with a commit of its own, one fewer.
-            dirty = self._dirty
-            dirty.pop(sf.id, None)
-            self._end = (info, (*dirty.values(), sf), msg)
-            dirty.clear()
+            self._end = (info, (*self._dirty.values(), sf), msg)
+            self._dirty.clear()
             self._end_events = end_events
             return
         await self._write(info, sf, final=msg)

@@ -846,7 +846,9 @@ class SqlPersistence(Persistence):
     async def upsert_batch(self, message: Optional[MessageInfo], parts: Sequence[Part], *,
                            view: Optional[str] = None, before: Optional[Batch] = None) -> None:
         ops: list[tuple[str, Any]] = []
-        for m, ps, v in ((before, (message, parts, view)) if before is not None else ((message, parts, view),)):
+        batches = [before] if before is not None else []
+        batches.append((message, parts, view))
+        for m, ps, v in batches:
             if ps:
                 ops.append(("upsert_part", [_part_row(p) for p in ps]))
             if m is not None:
@@ -891,13 +893,11 @@ class SqlPersistence(Persistence):
         costs the views' decoding, not validating the whole transcript.
         """
         params = {"sid": session_id}
-        inline = self._inline
         srows = await self._fetch("get_session", params)
         if not srows:
             return RecentHistory(session=None, earlier=[], messages=[])
         session = self._session(srows[0][0], srows[0][1])
-        index = inline.fetchall("recent_index", params) if inline is not None else \
-            await self._fetch("recent_index", params)
+        index = await self._fetch("recent_index", params)
         s, k = recent_start([r[1] for r in index], [bool(r[2]) for r in index], [r[3] is not None for r in index])
         earlier: list[Any] = []
         if k:
@@ -909,12 +909,8 @@ class SqlPersistence(Persistence):
         if k == len(index):
             return RecentHistory(session=session, earlier=earlier, messages=[])
         params["mid"] = index[k][0]
-        if inline is not None:
-            mrows = inline.fetchall("load_messages_from", params)
-            prows = inline.fetchall("load_parts_from", params)
-        else:
-            mrows = await self._fetch("load_messages_from", params)
-            prows = await self._fetch("load_parts_from", params)
+        mrows = await self._fetch("load_messages_from", params)
+        prows = await self._fetch("load_parts_from", params)
         return RecentHistory(session=session, earlier=earlier, messages=self._build(session_id, mrows, prows))
 
     def _build(self, sid: str, mrows: list[Any], prows: list[Any]) -> list[MessageWithParts]:
