@@ -8,9 +8,11 @@ Every test gets its own schema ``we0test_<random>``, dropped afterwards, so para
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
-from typing import Iterator, Optional
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
@@ -76,3 +78,58 @@ def sqlite_raw(path):
             conn.close()
 
     return raw
+
+
+class Backend:
+    """Makes persistences on one database; ``fresh()`` is a new instance on the same data."""
+
+    def __init__(self, name: str, make: Callable[[], Any], raw: Optional[Callable[[str], list]] = None):
+        self.name = name
+        self._make = make
+        self.raw = raw  # run one SQL statement directly on the database
+        self.made: list[Any] = []
+        self._mem: Any = None
+
+    def fresh(self) -> Any:
+        from we0nb import MemoryPersistence
+
+        if self.name == "memory":  # memory has no second instance on the same data
+            if self._mem is None:
+                self._mem = MemoryPersistence()
+            return self._mem
+        p = self._make()
+        self.made.append(p)
+        return p
+
+
+def backend_for(name: str, tmp_path: Path) -> Iterator[Backend]:
+    """A :class:`Backend` of this name on a fresh database: closed and dropped afterwards."""
+    from we0nb import MemoryPersistence, SqlPersistence
+
+    db = tmp_path / "we0.db"
+    schema = None
+    if name == "memory":
+        b = Backend(name, MemoryPersistence)
+    elif name == "sqlite":
+        b = Backend(name, lambda: SqlPersistence(f"sqlite:///{db}"), sqlite_raw(db))
+    elif name == "sqlite-aiosqlite":
+        b = Backend(name, lambda: SqlPersistence(f"sqlite+aiosqlite:///{db}", inline_sqlite=False), sqlite_raw(db))
+    elif name == "sqlite-engine":
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        b = Backend(name, lambda: SqlPersistence(create_async_engine(f"sqlite+aiosqlite:///{db}")), sqlite_raw(db))
+    else:
+        if PG_URL is None:
+            pytest.skip(PG_SKIP_REASON)
+        schema = create_schema()
+        b = Backend(name, lambda: SqlPersistence(PG_URL, schema=schema), lambda sql: pg_execute(schema, sql))
+    try:
+        yield b
+    finally:
+        for p in b.made:
+            try:
+                asyncio.run(p.close())
+            except Exception:
+                pass
+        if schema is not None:
+            drop_schema(schema)

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from sql_support import PG_SKIP_REASON, PG_URL, create_schema, drop_schema, pg_execute, sqlite_raw
+from sql_support import backend_for, sqlite_raw
 from we0nb import (
     MemoryPersistence, ScriptedModel, SqlPersistence, We0Agent, reasoning, text, tool, tool_call, usage,
     user_message,
@@ -80,36 +80,8 @@ async def test_memory_has_no_views_and_loads_everything() -> None:
 @pytest.fixture(params=["sqlite", "sqlite-aiosqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Any, str]]:
     """(make a persistence, run raw SQL, backend name) on one fresh database."""
-    made: list[Any] = []
-    schema = None
-    if request.param == "postgres":
-        if PG_URL is None:
-            pytest.skip(PG_SKIP_REASON)
-        schema = create_schema()
-
-        def make() -> SqlPersistence:
-            made.append(SqlPersistence(PG_URL, schema=schema))
-            return made[-1]
-        raw = lambda sql: pg_execute(schema, sql)  # noqa: E731
-    else:
-        path = tmp_path / "we0.db"
-        inline = request.param == "sqlite"
-
-        def make() -> SqlPersistence:
-            url = f"sqlite:///{path}" if inline else f"sqlite+aiosqlite:///{path}"
-            made.append(SqlPersistence(url, inline_sqlite=inline))
-            return made[-1]
-        raw = sqlite_raw(path)
-    try:
-        yield make, raw, request.param
-    finally:
-        for p in made:
-            try:
-                asyncio.run(p.close())
-            except Exception:
-                pass
-        if schema is not None:
-            drop_schema(schema)
+    for b in backend_for(request.param, tmp_path):
+        yield b.fresh, b.raw, b.name
 
 
 def _views(raw, sid: str) -> dict[str, Any]:

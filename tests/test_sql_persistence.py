@@ -13,17 +13,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Iterator
 
 import pytest
 from sqlalchemy import text as sql_text
 
-from sql_support import PG_SKIP_REASON, PG_URL, create_schema, drop_schema, pg_execute, pg_schema, sqlite_raw  # noqa: F401
+from sql_support import PG_URL, Backend, backend_for, pg_execute, pg_schema  # noqa: F401
 from we0nb import (
     AssistantMessage,
     CompactionPart,
     CorruptRecordError,
-    MemoryPersistence,
     PersistenceError,
     ReasoningPart,
     SchemaVersionError,
@@ -55,26 +54,6 @@ from we0nb.persistence import schema as S
 # --------------------------------------------------------------------------- backends
 
 
-class Backend:
-    """Makes persistences on one database; ``fresh()`` is a new instance on the same data."""
-
-    def __init__(self, name: str, make: Callable[[], Any], raw: Optional[Callable[[str], list]] = None):
-        self.name = name
-        self._make = make
-        self.raw = raw  # run one SQL statement directly on the database
-        self.made: list[Any] = []
-        self._mem: Optional[MemoryPersistence] = None
-
-    def fresh(self) -> Any:
-        if self.name == "memory":  # memory has no second instance on the same data
-            if self._mem is None:
-                self._mem = MemoryPersistence()
-            return self._mem
-        p = self._make()
-        self.made.append(p)
-        return p
-
-
 BACKENDS = [
     "memory",
     "sqlite",
@@ -84,39 +63,9 @@ BACKENDS = [
 ]
 
 
-def _backend(name: str, tmp_path: Path) -> Iterator[Backend]:
-    db = tmp_path / "we0.db"
-    schema = None
-    if name == "memory":
-        b = Backend(name, MemoryPersistence)
-    elif name == "sqlite":
-        b = Backend(name, lambda: SqlPersistence(f"sqlite:///{db}"), sqlite_raw(db))
-    elif name == "sqlite-aiosqlite":
-        b = Backend(name, lambda: SqlPersistence(f"sqlite+aiosqlite:///{db}", inline_sqlite=False), sqlite_raw(db))
-    elif name == "sqlite-engine":
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        b = Backend(name, lambda: SqlPersistence(create_async_engine(f"sqlite+aiosqlite:///{db}")), sqlite_raw(db))
-    else:
-        if PG_URL is None:
-            pytest.skip(PG_SKIP_REASON)
-        schema = create_schema()
-        b = Backend(name, lambda: SqlPersistence(PG_URL, schema=schema), lambda sql: pg_execute(schema, sql))
-    try:
-        yield b
-    finally:
-        for p in b.made:
-            try:
-                asyncio.run(p.close())
-            except Exception:
-                pass
-        if schema is not None:
-            drop_schema(schema)
-
-
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    yield from _backend(request.param, tmp_path)
+    yield from backend_for(request.param, tmp_path)
 
 
 # --------------------------------------------------------------------------- fixtures of data
@@ -311,7 +260,7 @@ SQL_BACKENDS = [b for b in BACKENDS if b != "memory"]
 
 @pytest.fixture(params=SQL_BACKENDS)
 def sql(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    yield from _backend(request.param, tmp_path)
+    yield from backend_for(request.param, tmp_path)
 
 
 async def test_flattened_columns(sql: Backend) -> None:
