@@ -105,3 +105,20 @@ def assert_paired(requests) -> None:
         calls = [c.call_id for m in r.messages if m.role == "assistant" for c in m.tool_calls]
         results = [m.call_id for m in r.messages if m.role == "tool"]
         assert sorted(calls) == sorted(results), (calls, results)
+
+
+def hanging_read(result: str):
+    """``(slow_read, started)``: a read-only tool whose first call sets ``started`` and hangs
+    until an abort cancels it; later calls (the recall) return ``result.format(path=path)`` at once."""
+    import asyncio
+
+    started = asyncio.Event()
+
+    @tool(side_effects=False)
+    async def slow_read(path: str) -> str:
+        if not started.is_set():
+            started.set()
+            await asyncio.sleep(30)
+        return result.format(path=path)
+
+    return slow_read, started

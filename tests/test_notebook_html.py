@@ -4,6 +4,7 @@ import asyncio
 import sys
 
 import pytest
+from enginekit import hanging_read
 
 import we0nb
 from we0nb import (
@@ -93,16 +94,7 @@ async def test_transcript_reads_like_a_chat():
 
 
 async def test_interrupted_and_recalled_tools_are_labelled():
-    started = asyncio.Event()
-    calls = []
-
-    @tool(side_effects=False)
-    async def slow_read(path: str) -> str:
-        calls.append(path)
-        if len(calls) == 1:  # the first call hangs until the abort; the recall returns at once
-            started.set()
-            await asyncio.sleep(30)
-        return f"<i>{path}</i>"
+    slow_read, started = hanging_read("<i>{path}</i>")  # hangs until the abort; the recall returns at once
 
     @tool
     def send(to: str) -> str:

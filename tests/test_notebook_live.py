@@ -5,6 +5,7 @@ import threading
 import time
 
 import pytest
+from enginekit import hanging_read
 
 import we0nb
 from we0nb import ScriptedModel, We0Agent, text, tool, tool_call, user_message
@@ -221,16 +222,7 @@ async def test_run_sync_inside_a_running_loop_uses_a_worker_thread():
 
 
 async def test_resume_shows_recovery_actions_in_place():
-    started = asyncio.Event()
-    calls = []
-
-    @tool(side_effects=False)
-    async def slow_read(path: str) -> str:
-        calls.append(path)
-        if len(calls) == 1:
-            started.set()
-            await asyncio.sleep(30)
-        return "contents"
+    slow_read, started = hanging_read("contents")
 
     @tool
     def send(to: str) -> str:
