@@ -53,7 +53,7 @@ def _j(obj) -> str:
 
 def generate(db: Path, n_sessions: int, seed: int = 5) -> None:
     """Fill a fresh SQLite database with ``n_sessions`` sessions of 100 parts each."""
-    from we0nb.persistence import schema as S
+    from we0nb.persistence.sql import tables as S
     from we0nb.persistence.sql import SqlPersistence
 
     for suffix in ("", "-wal", "-shm"):

@@ -27,7 +27,7 @@ from we0nb.errors import We0Error
 from we0nb.engine.history import HistoryCache, convert, to_model_messages
 from we0nb.models.base import AssistantTurn, ToolCall, ToolResult, UserTurn
 from we0nb.models.view import dump_view, load_views
-from we0nb.persistence import schema as S
+from we0nb.persistence.sql import tables as S
 from we0nb.persistence.base import recent_start
 
 

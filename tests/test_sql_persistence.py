@@ -48,7 +48,7 @@ from we0nb import (
 )
 from we0nb._ids import new_id
 from we0nb.messages import MessageError, MessageTime, PartTime, SessionRevert, SessionTime, ToolTime
-from we0nb.persistence import schema as S
+from we0nb.persistence.sql import tables as S
 
 
 # --------------------------------------------------------------------------- backends

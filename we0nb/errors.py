@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "We0Error",
     "SessionBusyError",
+    "LeaseLostError",
     "MaxStepsExceeded",
     "ModelError",
     "OutputValidationError",
@@ -33,6 +34,23 @@ class SessionBusyError(We0Error):
         super().__init__(
             f"Session {session_id!r} is busy: another run is in progress{held}. "
             "Wait for it to finish or abort it, then try again."
+        )
+
+
+class LeaseLostError(SessionBusyError):
+    """A run lost its session lease to another run (its heartbeat could not renew it in time).
+
+    The run stops at its next durability point and writes nothing more: the other run now
+    owns the session.
+    """
+
+    def __init__(self, session_id: str, owner: str | None = None):
+        SessionBusyError.__init__(self, session_id, owner)
+        held = f" to {owner}" if owner else ""
+        self.args = (
+            f"The run on session {session_id!r} lost its lease{held} (it could not renew it within "
+            "lease_ttl, e.g. the event loop was blocked or the host was unreachable). It stopped and "
+            "wrote nothing more; another run owns the session now. Resume it once that run has ended.",
         )
 
 

@@ -10,7 +10,7 @@ SQLAlchemy ``Engine`` or a database URL string. They are synchronous, so they wo
 notebook cell, also while the kernel's event loop is running.
 
 * SQL databases (SqlPersistence, an Engine, a URL): each view is **one** SQL query
-  (SQLAlchemy Core) over the flattened columns of :mod:`we0nb.persistence.schema`; its
+  (SQLAlchemy Core) over the flattened columns of :mod:`we0nb.persistence.sql.tables`; its
   rows are fetched in chunks with the DB-API cursor and turned column-wise into
   Arrow/NumPy arrays — no message/part object, dict or Python loop per row. The few
   values that live only in the JSON ``data`` column (text, tool input/output/error/
@@ -55,7 +55,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 import numpy as np
 import pandas as pd
 
-from ..persistence.schema import message_columns, part_columns
+from ..persistence.sql.tables import message_columns, part_columns
 
 __all__ = [
     "sessions_df",
@@ -407,7 +407,7 @@ def _check_tables(sql: _Sql) -> None:
     """A database given as an Engine or URL must hold the we0nb tables."""
     import sqlalchemy as sa
 
-    from ..persistence import schema as S
+    from ..persistence.sql import tables as S
 
     if not sa.inspect(sql.engine).has_table(S.parts.name):
         where = sql.engine.url.render_as_string(hide_password=True)
@@ -919,7 +919,7 @@ def _time_filter(stmt: Any, col: Any, since: Optional[int], until: Optional[int]
 def _sql_sessions(sql: _Sql, ids, since, until) -> dict[str, Any]:
     import sqlalchemy as sa
 
-    from ..persistence import schema as S
+    from ..persistence.sql import tables as S
 
     s, m = S.sessions, S.messages
     n_messages = sa.select(sa.func.count()).where(m.c.session_id == s.c.id).scalar_subquery()
@@ -936,7 +936,7 @@ def _sql_sessions(sql: _Sql, ids, since, until) -> dict[str, Any]:
 def _sql_messages(sql: _Sql, ids, since, until) -> dict[str, Any]:
     import sqlalchemy as sa
 
-    from ..persistence import schema as S
+    from ..persistence.sql import tables as S
 
     m = S.messages
     stmt = sa.select(
@@ -953,7 +953,7 @@ def _sql_messages(sql: _Sql, ids, since, until) -> dict[str, Any]:
 def _sql_parts(sql: _Sql, ids, since, until, tools_only: bool) -> dict[str, Any]:
     import sqlalchemy as sa
 
-    from ..persistence import schema as S
+    from ..persistence.sql import tables as S
 
     pt, m = S.parts, S.messages
     dialect = sql.engine.dialect.name

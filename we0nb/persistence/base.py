@@ -13,6 +13,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
+from ..errors import LeaseLostError
 from ..messages import AssistantMessage, MessageWithParts, Part, Session, Transcript, UserMessage
 from ..models.base import ModelMessage
 
@@ -30,13 +31,32 @@ def lease_owner(run_id: str) -> str:
 
 @dataclass
 class Lease:
-    """A held session lease. ``release()`` it (the engine does, in a ``finally``)."""
+    """A held session lease. ``release()`` it (the engine does, in a ``finally``).
+
+    ``lost`` is set (with ``taken_by``) when the store finds that another run took the lease
+    over — a renewal that came too late, or a conditional write that found another owner.
+    From then on :meth:`check` raises :class:`~we0nb.LeaseLostError`.
+    """
 
     session_id: str
     run_id: str
     owner: str
     persistence: "Persistence" = field(repr=False)
     released: bool = False
+    lost: bool = False
+    taken_by: Optional[str] = None
+
+    def mark_lost(self, taken_by: Optional[str] = None) -> LeaseLostError:
+        """Record that the lease is gone; returns the error to raise."""
+        self.lost = True
+        if taken_by is not None:
+            self.taken_by = taken_by
+        return LeaseLostError(self.session_id, self.taken_by)
+
+    def check(self) -> None:
+        """Raise :class:`~we0nb.LeaseLostError` once the lease is known to be lost."""
+        if self.lost:
+            raise LeaseLostError(self.session_id, self.taken_by)
 
     async def release(self) -> None:
         if not self.released:
@@ -128,12 +148,32 @@ class Persistence(abc.ABC):
         of its parts is written again. ``before``: another ``(message, parts, view)`` written
         first, in the same transaction (a step's end with the next step's start).
         """
-        if before is not None:
-            await self.upsert_batch(before[0], before[1], view=before[2])
-        if message is not None:
-            await self.upsert_message(message)
-        for p in parts:
-            await self.upsert_part(p)
+        writes: list[Batch] = [] if before is None else [before]
+        writes.append((message, parts, view))
+        await self.commit(writes)
+
+    async def commit(self, writes: Sequence[Batch], *, lease: Optional[Lease] = None) -> None:
+        """Write every ``(message, parts, view)`` of ``writes``, in order, in one transaction.
+
+        This is the engine's only write path during a run: each call is one durability
+        point. ``view`` is given with a message's final write (stores with
+        :attr:`keeps_views` only). With ``lease``, the write is conditional on the lease: the
+        transaction first checks (and renews) that ``lease.owner`` still holds the session;
+        if another run took it over, nothing is written, ``lease`` is marked lost and
+        :class:`~we0nb.LeaseLostError` is raised. The default here writes one row at a time
+        (a store without transactions); real stores override it.
+        """
+        if lease is not None:
+            await self.check_lease(lease)
+        for message, parts, _view in writes:
+            if message is not None:
+                await self.upsert_message(message)
+            for p in parts:
+                await self.upsert_part(p)
+
+    async def check_lease(self, lease: Lease) -> None:
+        """Raise :class:`~we0nb.LeaseLostError` (marking ``lease`` lost) unless it is still held."""
+        lease.check()
 
     @abc.abstractmethod
     async def load_transcript(self, session_id: str) -> Transcript:

@@ -13,7 +13,7 @@ from pydantic import TypeAdapter
 
 from ..errors import SessionBusyError
 from ..messages import Message, MessageWithParts, Part, Session, Transcript
-from .base import Lease, MessageInfo, Persistence, lease_owner
+from .base import Batch, Lease, MessageInfo, Persistence, lease_owner
 
 __all__ = ["MemoryPersistence"]
 
@@ -67,6 +67,21 @@ class MemoryPersistence(Persistence):
                 f"{part.session_id!r}, which was never written; write the message first."
             )
         stored.parts[part.id] = part.__pydantic_serializer__.to_json(part)
+
+    async def commit(self, writes: Sequence[Batch], *, lease: Optional[Lease] = None) -> None:
+        if lease is not None:
+            await self.check_lease(lease)
+        for message, parts, _view in writes:  # nothing awaits in between: atomic for this process
+            if message is not None:
+                await self.upsert_message(message)
+            for p in parts:
+                await self.upsert_part(p)
+
+    async def check_lease(self, lease: Lease) -> None:
+        holder = self._leases.get(lease.session_id)
+        if holder != lease.owner:
+            raise lease.mark_lost(holder)
+        lease.check()
 
     async def load_transcript(self, session_id: str) -> Transcript:
         session = self._sessions.get(session_id)

@@ -26,7 +26,7 @@ sets ``synchronous_commit=off`` for our connections — the same promise as SQLi
 a killed client loses nothing, a server crash may lose the last fraction of a second of
 commits, nothing is ever corrupted — and ``"FULL"`` sets it ``on``.
 
-The schema (``we0nb.persistence.schema``) is created on first use, with a version row in
+The schema (``we0nb.persistence.sql.tables``) is created on first use, with a version row in
 ``we0_meta``; a database written by a newer version is refused with
 :class:`~we0nb.SchemaVersionError`.
 
@@ -57,11 +57,12 @@ from pydantic import TypeAdapter, ValidationError
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine, create_engine, make_url
 
-from ..errors import CorruptRecordError, PersistenceError, SchemaVersionError, SessionBusyError
-from ..messages import Message, MessageWithParts, Part, Session, Transcript
-from . import schema as S
-from ..models.view import load_views
-from .base import Batch, Lease, MessageInfo, Persistence, RecentHistory, lease_owner, recent_start
+from ...errors import CorruptRecordError, PersistenceError, SchemaVersionError, SessionBusyError
+from ...messages import Message, MessageWithParts, Part, Session, Transcript
+from . import tables as S
+from ...models.view import load_views
+from .errors import raise_persistence_error as _raise_wrapped
+from ..base import Batch, Lease, MessageInfo, Persistence, RecentHistory, lease_owner, recent_start
 
 __all__ = ["SqlPersistence"]
 
@@ -177,21 +178,6 @@ def _pid_alive(pid: int) -> bool:
     except (OSError, IndexError):
         pass
     return True
-
-
-def _is_readonly_error(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return "readonly" in text or "read-only" in text or getattr(exc, "sqlite_errorname", "") == "SQLITE_READONLY"
-
-
-def _raise_wrapped(e: BaseException, where: str) -> NoReturn:
-    """Re-raise a driver error, as a PersistenceError that says what to do when it is read-only."""
-    if _is_readonly_error(e):
-        raise PersistenceError(
-            f"The database {where} is read-only ({e}): we0nb writes every message and part as it "
-            "happens. Make the file and its folder writable, or use another database."
-        ) from e
-    raise e
 
 
 def _check_version(value: Any, where: str) -> int:

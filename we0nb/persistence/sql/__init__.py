@@ -1,0 +1,5 @@
+"""SqlPersistence: the persistence port on SQL (SQLite, PostgreSQL) through SQLAlchemy 2."""
+
+from .store import SqlPersistence
+
+__all__ = ["SqlPersistence"]
