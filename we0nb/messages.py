@@ -38,6 +38,7 @@ __all__ = [
     "Part",
     "MessageWithParts",
     "Transcript",
+    "turn_pending",
     "UNFINISHED_REASON",
     "UNFINISHED_MESSAGE",
 ]
@@ -215,7 +216,34 @@ class ToolPart(_PartBase):
 
     @property
     def finished(self) -> bool:
+        """The call reached a final state (completed or error)."""
         return self.state.status in ("completed", "error")
+
+    @property
+    def interrupted(self) -> bool:
+        """The call was stopped without a result (it ended as an error marked interrupted)."""
+        st = self.state
+        return st.status == "error" and st.metadata.get("interrupted") is True
+
+    @property
+    def interrupt_reason(self) -> Optional[str]:
+        """Why it was interrupted: ``"resume"``, ``"prompt"`` or ``"blocked"`` (None if it was not)."""
+        if not self.interrupted:
+            return None
+        reason = self.state.metadata.get("reason")  # type: ignore[union-attr]
+        return reason if isinstance(reason, str) else None
+
+    @property
+    def recalled(self) -> bool:
+        """The call was executed again by a resume (a read-only tool that had not finished)."""
+        md = getattr(self.state, "metadata", None)
+        return bool(md) and md.get("recalled") is True
+
+    @property
+    def is_output(self) -> bool:
+        """The call that returned the run's structured output (and so ended the turn)."""
+        st = self.state
+        return st.status == "completed" and st.metadata.get("output") is True
 
 
 class StepStartPart(_PartBase):
@@ -259,12 +287,53 @@ class MessageWithParts(_Displayable, BaseModel):
     def tool_parts(self) -> list[ToolPart]:
         return [p for p in self.parts if isinstance(p, ToolPart)]
 
+    @property
+    def unfinished(self) -> bool:
+        """An assistant message that needs recovery: never closed, or a call never finished."""
+        info = self.info
+        if info.role != "assistant":
+            return False
+        if info.time.completed is None:
+            return True
+        return any(isinstance(p, ToolPart) and not p.finished for p in self.parts)
+
+    @property
+    def is_summary(self) -> bool:
+        """A compaction summary (what the model sees instead of the history before it)."""
+        return self.info.role == "assistant" and self.info.summary  # type: ignore[union-attr]
+
+
+def turn_pending(messages: "list[MessageWithParts]") -> bool:
+    """Whether the last turn of ``messages`` is not over, so a resume would continue it.
+
+    The single definition of "needs resume": the last message is a user message (not yet
+    answered), or the last assistant message needs recovery, or it ended with tool calls
+    whose results the model has not seen (unless one of them returned the structured
+    output, or it is a compaction summary that closed a finished turn).
+    """
+    if not messages:
+        return False
+    last = messages[-1]
+    if last.info.role == "user":
+        return True
+    if last.unfinished:
+        return True
+    if last.is_summary:
+        return False
+    tools = last.tool_parts
+    return bool(tools) and not any(p.is_output for p in tools)
+
 
 class Transcript(_Displayable, BaseModel):
     """The persisted history of one session; ``session`` is None when it does not exist."""
 
     session: Optional[Session] = None
     messages: list[MessageWithParts] = Field(default_factory=list)
+
+    @property
+    def needs_resume(self) -> bool:
+        """The last turn is not over: ``mode="resume"`` would continue it (see :func:`turn_pending`)."""
+        return turn_pending(self.messages)
 
     @property
     def last_assistant(self) -> Optional[MessageWithParts]:
