@@ -86,8 +86,7 @@ def make_model(w: Worker) -> Model:
 
 def make_persistence(w: Worker) -> SqlPersistence:
     class KillablePersistence(SqlPersistence):
-        # the points are announced right after the commit that makes them durable, whichever
-        # write method the loop used for it
+        # the points are announced right after the commit that makes them durable
         async def _after_part(self, part: Any) -> None:
             if isinstance(part, ToolPart) and part.state.input.get("n") == 1:
                 if part.state.status == "running" and w.arm("before_body"):
@@ -99,26 +98,14 @@ def make_persistence(w: Worker) -> SqlPersistence:
             if isinstance(message, AssistantMessage) and message.time.completed is not None and w.arm("between_steps"):
                 await hang("between_steps")
 
-        async def upsert_part(self, part: Any) -> None:
-            await super().upsert_part(part)
-            await self._after_part(part)
-
-        async def upsert_message(self, message: Any) -> None:
-            await super().upsert_message(message)
-            await self._after_message(message)
-
-        async def upsert_batch(self, message: Any, parts: Any, **kw: Any) -> None:
-            await super().upsert_batch(message, parts, **kw)
-            before = kw.get("before")
-            if before is not None:  # (a step's end, committed with the next step's start)
-                for part in before[1]:
+        async def commit(self, writes: Any, **kw: Any) -> None:
+            # the engine's only write path during a run: each call is one durability point
+            await super().commit(writes, **kw)
+            for message, parts, _view in writes:
+                for part in parts:
                     await self._after_part(part)
-                if before[0] is not None:
-                    await self._after_message(before[0])
-            for part in parts:
-                await self._after_part(part)
-            if message is not None:
-                await self._after_message(message)
+                if message is not None:
+                    await self._after_message(message)
 
     kw: dict[str, Any] = {"lease_ttl": w.args.lease_ttl}
     if w.args.schema:

@@ -297,9 +297,9 @@ async def test_overflow_right_after_a_summary_is_an_error():
 
 async def test_overflow_with_compaction_off_is_a_model_error():
     agent, model, log = build([[fail(ContextWindowExceeded("too long"))]], compaction_threshold=None)
-    with pytest.raises(ModelError) as info:
+    with pytest.raises(ContextWindowExceeded) as info:  # the provider's own error reaches the caller
         await run(agent, messages=[user_message("go")])
-    assert isinstance(info.value.cause, ContextWindowExceeded)
+    assert isinstance(info.value, ModelError) and info.value.session_id is not None
 
 
 async def test_summary_failure_writes_nothing_and_says_so():

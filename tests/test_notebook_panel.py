@@ -80,7 +80,7 @@ async def test_failure_shows_in_the_panel_and_wait_reraises():
     panel.start("two")  # the script is exhausted: the run fails
     with pytest.raises(Exception, match="ScriptedModel was called 2 times"):
         await panel.wait()
-    assert panel.status == "failed" and "ModelError" in panel.status_label.value
+    assert panel.status == "failed" and "ScriptExhaustedError" in panel.status_label.value
     assert not panel.resume_button.disabled
 
 

@@ -373,9 +373,9 @@ async def test_odd_but_valid_chunks_are_tolerated(server):
 async def test_malformed_chunk_fails_the_step_and_resume_continues(server):
     server.play(sse([chunk({"content": "Part"}), "{this is not json"]), sse(words("Whole answer.")))
     agent = We0Agent(make_model(server))
-    with pytest.raises(ModelError) as info:
+    with pytest.raises(ModelProviderError) as info:
         await agent.invoke(session_id="s", messages=[user_message("x")])
-    assert isinstance(info.value.cause, ModelProviderError) and "malformed" in str(info.value.cause)
+    assert isinstance(info.value, ModelProviderError) and "malformed" in str(info.value)
     msg = await last_assistant(agent, "s")
     assert msg.info.time.completed is None and msg.info.error.reason == "ModelProviderError"
     assert msg.text == "Part"
@@ -389,11 +389,11 @@ async def test_disconnect_mid_stream_leaves_the_message_resumable(server):
                 sse(words("Hello again.")))
     agent = We0Agent(make_model(server))
     events: list = []
-    with pytest.raises(ModelError) as info:
+    with pytest.raises(ModelProviderError) as info:
         async for e in agent.stream(session_id="s", messages=[user_message("x")]):
             events.append(e)
-    assert isinstance(info.value.cause, ModelProviderError)
-    assert "broke off" in str(info.value.cause) or "ended before" in str(info.value.cause)
+    assert isinstance(info.value, ModelProviderError)
+    assert "broke off" in str(info.value) or "ended before" in str(info.value)
     assert [e["text"] for e in events if e["type"] == "text-delta"] == ["Hel", "lo"]
     msg = await last_assistant(agent, "s")
     assert msg.info.time.completed is None  # unfinished: resume repairs it
@@ -421,9 +421,9 @@ async def test_stream_ending_without_finish_reason_is_an_error(server):
 
     server.play(respond)
     agent = We0Agent(make_model(server))
-    with pytest.raises(ModelError) as info:
+    with pytest.raises(ModelProviderError) as info:
         await agent.invoke(session_id="s", messages=[user_message("x")])
-    assert isinstance(info.value.cause, ModelProviderError)
+    assert isinstance(info.value, ModelProviderError)
     msg = await last_assistant(agent, "s")
     assert msg.text == "abc" and msg.info.time.completed is None
 
@@ -435,10 +435,10 @@ async def test_401_is_recorded_on_the_assistant_message_without_retry(server):
     server.play(status(401, {"error": {"message": "Incorrect API key provided: sk-test.",
                                        "type": "invalid_request_error", "code": "invalid_api_key"}}))
     agent = We0Agent(make_model(server))
-    with pytest.raises(ModelError) as info:
+    with pytest.raises(ModelAuthenticationError) as info:  # the provider's own error, as itself
         await agent.invoke(session_id="s", messages=[user_message("x")])
-    assert isinstance(info.value.cause, ModelAuthenticationError)
     msg = await last_assistant(agent, "s")
+    assert (info.value.session_id, info.value.message_id) == ("s", msg.info.id)
     assert msg.info.error.reason == "ModelAuthenticationError"
     assert "Incorrect API key provided" in msg.info.error.message
     assert "OPENAI_API_KEY" in msg.info.error.message and "401" in msg.info.error.message
@@ -463,9 +463,9 @@ async def test_429_gives_up_after_max_retries(server):
     limited = status(429, {"error": {"message": "Slow down"}}, {"retry-after-ms": "10"})
     server.play(limited, limited, limited, sse(words("never reached")))
     agent = We0Agent(make_model(server, max_retries=2))
-    with pytest.raises(ModelError) as info:
+    with pytest.raises(ModelProviderError) as info:
         await agent.invoke(session_id="s", messages=[user_message("x")])
-    cause = info.value.cause
+    cause = info.value
     assert isinstance(cause, ModelProviderError) and cause.status_code == 429
     assert "gave up after 2 retries" in str(cause) and "Slow down" in str(cause)
     assert len(server.requests) == 3
@@ -491,9 +491,9 @@ async def test_5xx_is_retried_with_backoff(server):
 async def test_5xx_after_retries_is_a_model_error(server):
     server.play(*[status(500, {"error": {"message": "still broken"}}) for _ in range(3)])
     agent = We0Agent(make_model(server, max_retries=2))
-    with pytest.raises(ModelError) as info:
+    with pytest.raises(ModelProviderError) as info:
         await agent.invoke(session_id="s", messages=[user_message("x")])
-    assert info.value.cause.status_code == 500 and "still broken" in str(info.value.cause)
+    assert info.value.status_code == 500 and "still broken" in str(info.value)
     msg = await last_assistant(agent, "s")
     assert msg.info.time.completed is None and "500" in msg.info.error.message
 
@@ -501,9 +501,9 @@ async def test_5xx_after_retries_is_a_model_error(server):
 async def test_400_is_not_retried(server):
     server.play(status(400, {"error": {"message": "Unknown parameter: 'foo'"}}))
     agent = We0Agent(make_model(server))
-    with pytest.raises(ModelError) as info:
+    with pytest.raises(ModelProviderError) as info:
         await agent.invoke(session_id="s", messages=[user_message("x")])
-    assert "Unknown parameter" in str(info.value.cause) and len(server.requests) == 1
+    assert "Unknown parameter" in str(info.value) and len(server.requests) == 1
 
 
 async def test_context_length_error_compacts_then_resume_continues(server):

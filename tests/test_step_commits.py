@@ -21,26 +21,21 @@ def ping(i: int) -> str:
 
 
 class Counting(MemoryPersistence):
-    """Records the top-level write calls (each one transaction in a SQL store)."""
+    """Records each commit (one transaction in a SQL store): "batch+end" when it also carries a
+    held step end, "part" for one part alone, else "batch"."""
 
     def __init__(self) -> None:
         super().__init__()
         self.writes: list[str] = []
-        self._depth = 0
 
-    async def upsert_part(self, part: Any) -> None:
-        if not self._depth:
+    async def commit(self, writes: Any, **kw: Any) -> None:
+        if len(writes) > 1:
+            self.writes.append("batch+end")
+        elif writes[0][0] is None and len(writes[0][1]) == 1:
             self.writes.append("part")
-        await super().upsert_part(part)
-
-    async def upsert_batch(self, message: Any, parts: Any, **kw: Any) -> None:
-        if not self._depth:
-            self.writes.append("batch+end" if kw.get("before") is not None else "batch")
-        self._depth += 1
-        try:
-            await super().upsert_batch(message, parts, **kw)
-        finally:
-            self._depth -= 1
+        else:
+            self.writes.append("batch")
+        await super().commit(writes, **kw)
 
 
 async def test_a_tool_step_costs_two_commits() -> None:
@@ -54,7 +49,7 @@ async def test_a_tool_step_costs_two_commits() -> None:
     # the write-ahead; the final step's start (with the last tool step's end), its text part
     # when it opens and when it closes, and its end, alone: nothing follows it
     assert writes == ["batch"] + ["batch", "part"] + ["batch+end", "part"] * (k - 1) + \
-        ["batch+end", "part", "part", "batch+end"]
+        ["batch+end", "part", "part", "batch"]
 
 
 async def test_step_finish_is_seen_only_once_durable(tmp_path: Path) -> None:

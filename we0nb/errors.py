@@ -68,7 +68,18 @@ class MaxStepsExceeded(We0Error):
 
 
 class ModelError(We0Error):
-    """The model failed during a step; the error is recorded on the assistant message."""
+    """The model failed during a step; the error is recorded on the assistant message.
+
+    The message is left unfinished, so ``mode="resume"`` continues the turn. A provider's
+    own error (a :class:`ModelProviderError` such as :class:`ModelAuthenticationError`) reaches
+    the caller as itself; any other exception a model raises arrives wrapped in a
+    ``ModelError`` whose ``cause`` (and ``__cause__``) is the original. Either way
+    ``session_id`` and ``message_id`` say where it happened.
+    """
+
+    session_id: "str | None" = None
+    message_id: "str | None" = None
+    cause: "BaseException | None" = None
 
     def __init__(self, session_id: str, message_id: str, cause: BaseException):
         self.session_id = session_id
@@ -85,8 +96,11 @@ class OutputValidationError(We0Error):
     """The model kept returning structured output that does not validate."""
 
 
-class ScriptExhaustedError(We0Error):
+class ScriptExhaustedError(ModelError):
     """A ScriptedModel was called more often than it was scripted."""
+
+    def __init__(self, message: str):
+        Exception.__init__(self, message)
 
 
 class PersistenceError(We0Error):
@@ -101,17 +115,19 @@ class SchemaVersionError(PersistenceError):
     """The database was written by a newer version of we0nb."""
 
 
-class ModelProviderError(We0Error):
+class ModelProviderError(ModelError):
     """A model provider (an HTTP API) failed: a status error after retries, a cut stream, bad data.
 
     ``status_code`` is the HTTP status when there was one; ``retryable`` says whether trying
-    again later may help (rate limits, 5xx, a dropped connection).
+    again later may help (rate limits, 5xx, a dropped connection). The engine sets
+    ``session_id``/``message_id`` before the error reaches the caller; the SDK's own
+    exception, when there was one, is its ``__cause__``.
     """
 
     def __init__(self, message: str, *, status_code: int | None = None, retryable: bool = False):
         self.status_code = status_code
         self.retryable = retryable
-        super().__init__(message)
+        Exception.__init__(self, message)
 
 
 class ModelAuthenticationError(ModelProviderError):

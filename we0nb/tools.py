@@ -18,7 +18,10 @@ from typing import Any, Awaitable, Callable, Generic, Optional, TypeVar, Union, 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-__all__ = ["ToolDefinition", "AnyToolDefinition", "ToolPolicy", "tool", "ToolInputError", "to_output"]
+from ._text import clean
+
+__all__ = ["ToolDefinition", "AnyToolDefinition", "ToolPolicy", "tool", "ToolInputError", "ToolOutputError",
+           "to_output"]
 
 R = TypeVar("R")
 
@@ -35,13 +38,25 @@ class ToolInputError(ValueError):
     """The model's arguments do not match the tool's input schema."""
 
 
+class ToolOutputError(ValueError):
+    """A tool ran, but its return value cannot be turned into text (it is not JSON-serialisable)."""
+
+
 def to_output(value: Any) -> str:
-    """A tool's return value as the text the model sees: a string as is, anything else as JSON."""
+    """A tool's return value as the text the model sees: a string as is, anything else as JSON.
+
+    The JSON is strict (NaN and infinities become the strings ``"NaN"``/``"Infinity"``), so a
+    provider can always parse it. A value that cannot be serialised raises
+    :class:`ToolOutputError`.
+    """
     if isinstance(value, str):
-        return value
-    if isinstance(value, BaseModel):
-        return value.model_dump_json()
-    return pydantic_core.to_json(value).decode()
+        return clean(value)
+    try:
+        if isinstance(value, BaseModel):
+            return clean(value.model_dump_json())
+        return clean(pydantic_core.to_json(value, inf_nan_mode="strings").decode())
+    except (pydantic_core.PydanticSerializationError, TypeError, ValueError, UnicodeError) as e:
+        raise ToolOutputError(f"{type(value).__name__} is not JSON-serialisable ({e})") from e
 
 
 @dataclass(frozen=True)
@@ -86,14 +101,16 @@ class ToolDefinition(Generic[R]):
             raise ToolInputError(f"Invalid arguments for tool {self.name!r}: {e}") from None
         return {name: getattr(model, name) for name in type(model).model_fields}
 
-    async def execute(self, data: Any) -> str:
-        """Validate ``data``, run the function (sync ones on a worker thread) and convert the result."""
-        kwargs = self.validate_input(data)
+    async def call(self, kwargs: dict[str, Any]) -> Any:
+        """Run the function with validated ``kwargs`` (a sync one on a worker thread); its return value."""
         if self.is_async:
-            result = await self.function(**kwargs)  # type: ignore[misc]
-        else:
-            result = await asyncio.to_thread(self.function, **kwargs)
-        return to_output(result)
+            return await self.function(**kwargs)  # type: ignore[misc]
+        return await asyncio.to_thread(self.function, **kwargs)
+
+    async def execute(self, data: Any) -> str:
+        """Validate ``data``, run the function and convert the result (the engine splits these
+        steps to write the call ``running`` in between)."""
+        return to_output(await self.call(self.validate_input(data)))
 
 
 AnyToolDefinition = ToolDefinition[Any]

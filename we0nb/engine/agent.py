@@ -13,7 +13,7 @@ from ..persistence.base import Persistence
 from ..persistence.memory import MemoryPersistence
 from ..tools import AnyToolDefinition, ToolDefinition, tool as make_tool
 from . import revert as _revert
-from .loop import Run
+from .run import Run
 from .request import RunRequest, RunResult, UserInput, build_request
 
 __all__ = ["We0Agent"]

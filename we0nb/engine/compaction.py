@@ -37,20 +37,17 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
-from .._ids import new_id, now
+from .._ids import now
 from ..errors import CompactionError, ContextWindowExceeded, ModelError
-from ..messages import (
-    AssistantMessage,
-    CompactionPart,
-    MessageTime,
-    MessageWithParts,
-    Usage,
-)
+from ..messages import AssistantMessage, CompactionPart, MessageTime, MessageWithParts, Usage
 from ..models.base import AssistantTurn, FinishEvent, ModelMessage, ModelRequest, TextDelta, ToolResult, UserTurn
+from ..persistence.base import Batch
+from .abort import Aborted
 from .history import SUMMARY_PREFIX
+from .processor import close_stream
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .loop import Run
+    from .state import RunState
 
 __all__ = ["Compactor", "DEFAULT_COMPACTION_PROMPT", "TAIL_NOTE", "estimate_tokens"]
 
@@ -107,10 +104,10 @@ def shrink(history: list[ModelMessage], level: int) -> list[ModelMessage]:
 
 
 class Compactor:
-    """The compaction state of one :class:`~we0nb.engine.loop.Run`."""
+    """The compaction state of one run; it works through the run's :class:`RunState`."""
 
-    def __init__(self, run: "Run"):
-        self.run = run
+    def __init__(self, state: "RunState"):
+        self.state = state
         self.overflow: Optional[ModelError] = None
         self.compacted = False
         self._trigger: Optional[int] = None
@@ -119,19 +116,19 @@ class Compactor:
 
     @property
     def enabled(self) -> bool:
-        return getattr(self.run.agent, "compaction_threshold", None) is not None
+        return getattr(self.state.agent, "compaction_threshold", None) is not None
 
     def limit(self) -> Optional[int]:
         """The input-token count above which a step triggers compaction (None: never on size)."""
-        threshold = getattr(self.run.agent, "compaction_threshold", None)
-        window = getattr(self.run.agent.model, "context_window", None)
+        threshold = getattr(self.state.agent, "compaction_threshold", None)
+        window = getattr(self.state.agent.model, "context_window", None)
         if threshold is None or not window:
             return None
         return int(threshold * window)
 
     def _first_after_summary(self) -> bool:
         """Whether the last message (this step) is the first step since the latest summary."""
-        msgs = self.run.messages
+        msgs = self.state.messages
         for i in range(len(msgs) - 2, -1, -1):
             info = msgs[i].info
             if info.role == "assistant":
@@ -140,12 +137,13 @@ class Compactor:
 
     async def on_model_error(self, exc: ModelError) -> bool:
         """A failed step: True when it overflowed the context and compaction will answer it."""
-        if not isinstance(exc.cause, ContextWindowExceeded) or not self.enabled:
+        overflow = exc if isinstance(exc, ContextWindowExceeded) else exc.cause
+        if not isinstance(overflow, ContextWindowExceeded) or not self.enabled:
             return False
         if self._first_after_summary():
             raise CompactionError(
                 f"The first step after a compaction summary still does not fit the context window of "
-                f"{self.run.agent.model.model_id!r} in session {self.run.session_id!r} ({exc.cause}). "
+                f"{self.state.agent.model.model_id!r} in session {self.state.session_id!r} ({overflow}). "
                 "Summarising again cannot help: use a model with a larger context window or start a new session."
             ) from exc
         self.overflow = exc
@@ -156,9 +154,9 @@ class Compactor:
         if self.overflow is not None:
             return True
         limit = self.limit()
-        if limit is None or not self.run.messages:
+        if limit is None or not self.state.messages:
             return False
-        last = self.run.messages[-1].info
+        last = self.state.messages[-1].info
         if last.role != "assistant":
             return False
         tokens = last.usage.input_tokens
@@ -167,9 +165,9 @@ class Compactor:
         if self._first_after_summary():
             raise CompactionError(
                 f"The first step after a compaction summary already used {tokens} input tokens, over the "
-                f"compaction threshold of {limit} tokens ({self.run.agent.compaction_threshold:g} of the "
-                f"{self.run.agent.model.context_window}-token context window) in session "
-                f"{self.run.session_id!r}: compacting again would loop. Raise compaction_threshold or the "
+                f"compaction threshold of {limit} tokens ({self.state.agent.compaction_threshold:g} of the "
+                f"{self.state.agent.model.context_window}-token context window) in session "
+                f"{self.state.session_id!r}: compacting again would loop. Raise compaction_threshold or the "
                 "model's context_window, or start a new session."
             )
         self._trigger = tokens
@@ -179,34 +177,29 @@ class Compactor:
 
     async def _ask(self, request: ModelRequest) -> tuple[str, Usage]:
         """Stream the summary (abortable like a step); returns its text and usage."""
-        run = self.run
-        stream = run.agent.model.stream(request)
+        scope = self.state.scope
+        stream = self.state.agent.model.stream(request)
         it = stream.__aiter__()
-        task = asyncio.current_task()
         chunks: list[str] = []
         usage = Usage()
         try:
             while True:
-                run._check_abort()
-                run._blocked_task = task
                 try:
-                    ev = await it.__anext__()
+                    ev = await scope.next(it)
                 except StopAsyncIteration:
                     break
-                finally:
-                    run._blocked_task = None
                 if isinstance(ev, TextDelta):
                     chunks.append(ev.text)
                 elif isinstance(ev, FinishEvent):
                     usage = ev.usage
                 # reasoning and (unrequested) tool calls are not part of a summary
         finally:
-            await run._close_stream(stream)
+            await close_stream(stream)
         return "".join(chunks).strip(), usage
 
     async def _summarize(self) -> tuple[str, Usage]:
-        run, agent = self.run, self.run.agent
-        history = run.history.build(run.messages)  # (older messages may be stored views only)
+        state, agent = self.state, self.state.agent
+        history = state.history.build(state.messages)  # (older messages may be stored views only)
         instruction = getattr(agent, "compaction_prompt", None) or DEFAULT_COMPACTION_PROMPT
         total = Usage()
         level = 0
@@ -220,20 +213,16 @@ class Compactor:
                 level += 1
                 if level > SHRINK_ATTEMPTS:
                     raise CompactionError(
-                        f"Compaction failed in session {self.run.session_id!r}: even a shortened history "
+                        f"Compaction failed in session {self.state.session_id!r}: even a shortened history "
                         f"does not fit the context window of {agent.model.model_id!r} ({exc})."
                     ) from exc
                 continue
-            except (asyncio.CancelledError, CompactionError):
+            except (asyncio.CancelledError, Aborted, CompactionError):
                 raise
             except Exception as exc:
-                from .loop import _Aborted  # (a late import: loop imports this module)
-
-                if isinstance(exc, _Aborted):
-                    raise
                 raise CompactionError(
                     f"The model failed while writing the compaction summary of session "
-                    f"{self.run.session_id!r}: {type(exc).__name__}: {exc}. Nothing was written; "
+                    f"{self.state.session_id!r}: {type(exc).__name__}: {exc}. Nothing was written; "
                     "resume to try again."
                 ) from exc
             return text, total + usage
@@ -241,12 +230,42 @@ class Compactor:
     # ------------------------------------------------------------------ compaction
 
     async def compact(self) -> AsyncIterator[dict[str, Any]]:
-        """Summarise, persist summary (+ recent tail), yield the ``compaction`` event."""
-        run, p, sid = self.run, self.run.p, self.run.session_id
-        last = run.messages[-1] if run.messages else None
+        """Summarise; persist the summary (with the closing of a failed step and the recent tail)
+        in one transaction; yield the ``compaction`` event."""
+        state = self.state
+        last = state.messages[-1] if state.messages else None
         mid_turn = self.overflow is not None or bool(
             last is not None and last.info.role == "assistant" and last.tool_parts)
         text, usage = await self._summarize()
+        self._check_summary(text, usage)
+        state.scope.check()
+        closed = self._close_failed_step(last)
+        t = now()
+        summary = AssistantMessage(id=state.ids("msg"), session_id=state.session_id,
+                                   time=MessageTime(created=t, completed=t), parent_id=state.parent_id(),
+                                   model_id=state.agent.model.model_id, usage=usage, finish_reason="stop",
+                                   summary=True)
+        part = CompactionPart(id=state.ids("prt"), session_id=state.session_id, message_id=summary.id,
+                              summary=text, time=t)
+        done = MessageWithParts.model_construct(info=summary, parts=[part])
+        tail = self._tail() if mid_turn else None
+        writes: list[Batch] = [(summary, [part], state.writer.view_of(done))]
+        if tail is not None:
+            writes.append((tail.info, tail.parts, state.writer.view_of(tail)))
+        # one durability point: a crash keeps all of it or none (then resume compacts again)
+        await state.writer.write(closed.info if closed else None, final=closed, then=writes)
+        await state.writer.p.flush()
+        state.messages.append(done)
+        if tail is not None:
+            state.add_user_message(tail)
+        state.usage = state.usage + usage
+        state.history.invalidate()
+        self.compacted = True
+        yield {"type": "compaction", "part": part.model_copy(), "message": summary.model_copy()}
+
+    def _check_summary(self, text: str, usage: Usage) -> None:
+        """Refuse a summary that is empty or would not shrink the context (it would loop)."""
+        sid = self.state.session_id
         if not text:
             raise CompactionError(
                 f"The model returned an empty compaction summary in session {sid!r}; nothing was written. "
@@ -263,35 +282,25 @@ class Compactor:
                 "compacting would loop. Nothing was written; use a larger context window or a terser "
                 "compaction_prompt."
             )
-        run._check_abort()
 
-        if self.overflow is not None and last is not None and isinstance(last.info, AssistantMessage):
-            # the failed step: close it (its error stays on it); the summary takes over
-            info = last.info
-            if info.time.completed is None:
-                info.time = MessageTime(created=info.time.created, completed=now())
-                info.error = info.error.model_copy(update={"metadata": {**info.error.metadata, "compacted": True}}) \
-                    if info.error is not None else None
-                await run._write(info, final=last)
+    def _close_failed_step(self, last: Optional[MessageWithParts]) -> Optional[MessageWithParts]:
+        """The step that overflowed: closed (its error stays on it); the summary takes over."""
+        if self.overflow is None or last is None or not isinstance(last.info, AssistantMessage):
+            return None
+        info = last.info
+        if info.time.completed is not None:
+            return None
+        info.time = MessageTime(created=info.time.created, completed=now())
+        if info.error is not None:
+            info.error = info.error.model_copy(update={"metadata": {**info.error.metadata, "compacted": True}})
+        return last
 
-        t = now()
-        summary = AssistantMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=t, completed=t),
-                                   parent_id=run._parent_id(), model_id=run.agent.model.model_id,
-                                   usage=usage, finish_reason="stop", summary=True)
-        part = CompactionPart(id=new_id("prt"), session_id=sid, message_id=summary.id, summary=text, time=t)
-        done = MessageWithParts.model_construct(info=summary, parts=[part])
-        await p.upsert_batch(summary, [part], view=run.view_of(done))
-        run.messages.append(done)
-        run.usage = run.usage + usage
-
-        if mid_turn:
-            source = next((m for m in reversed(run.messages) if m.info.role == "user"), None)
-            if source is not None:
-                original = source.text
-                if not original.endswith(TAIL_NOTE):
-                    original += TAIL_NOTE
-                await run.append_user_message(original, synthetic=True)
-        await p.flush()
-        run.history.invalidate()
-        self.compacted = True
-        yield {"type": "compaction", "part": part.model_copy(), "message": summary.model_copy()}
+    def _tail(self) -> Optional[MessageWithParts]:
+        """The turn's user message again, after the summary, so a resume continues the turn."""
+        source = next((m for m in reversed(self.state.messages) if m.info.role == "user"), None)
+        if source is None:
+            return None
+        original = source.text
+        if not original.endswith(TAIL_NOTE):
+            original += TAIL_NOTE
+        return self.state.user_message(original, synthetic=True)

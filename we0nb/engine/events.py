@@ -1,6 +1,8 @@
-"""The event vocabulary of ``We0Agent.stream()``: plain dicts with a ``"type"``.
+"""The event vocabulary of ``We0Agent.stream()``: plain dicts with a ``"type"``, typed.
 
-Parts and messages in events are snapshots (copies), safe to keep.
+Each event is a ``TypedDict`` (a plain ``dict`` at run time: no cost), and :data:`Event`
+is their union, so a type checker narrows ``event["type"] == "text-delta"`` to
+:class:`TextDeltaEvent`. Parts and messages in events are snapshots (copies), safe to keep.
 
 ================  ==================================================================
 type              keys
@@ -27,6 +29,120 @@ finish            result (RunResult) — always the last event of a run that end
 
 An aborted run yields no final event: the iterator raises ``asyncio.CancelledError``.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, Union
+
+from typing_extensions import NotRequired, TypedDict
+
+from ..messages import (
+    AssistantMessage,
+    CompactionPart,
+    ReasoningPart,
+    TextPart,
+    ToolPart,
+    Usage,
+    UserMessage,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .request import RunResult
+
+__all__ = [
+    "EVENT_TYPES", "Event", "StartEvent", "UserMessageEvent", "RecoveryEvent", "StepStartEvent",
+    "TextStartEvent", "TextDeltaEvent", "TextEndEvent", "ReasoningStartEvent", "ReasoningDeltaEvent",
+    "ReasoningEndEvent", "ToolEvent", "StepFinishEvent", "CompactionEvent", "FinishEvent",
+]
+
+
+class StartEvent(TypedDict):
+    type: Literal["start"]
+    session_id: str
+    mode: Literal["prompt", "resume"]
+    run_id: str
+
+
+class UserMessageEvent(TypedDict):
+    type: Literal["user-message"]
+    message: UserMessage
+    text: str
+
+
+class RecoveryEvent(TypedDict):
+    type: Literal["recovery"]
+    action: Literal["keep", "recall", "interrupt", "close"]
+    part: NotRequired[ToolPart]
+    message: NotRequired[AssistantMessage]
+
+
+class StepStartEvent(TypedDict):
+    type: Literal["step-start"]
+    step: int
+    message: AssistantMessage
+
+
+class TextStartEvent(TypedDict):
+    type: Literal["text-start"]
+    part: TextPart
+
+
+class TextDeltaEvent(TypedDict):
+    type: Literal["text-delta"]
+    text: str
+    part_id: str
+
+
+class TextEndEvent(TypedDict):
+    type: Literal["text-end"]
+    part: TextPart
+
+
+class ReasoningStartEvent(TypedDict):
+    type: Literal["reasoning-start"]
+    part: ReasoningPart
+
+
+class ReasoningDeltaEvent(TypedDict):
+    type: Literal["reasoning-delta"]
+    text: str
+    part_id: str
+
+
+class ReasoningEndEvent(TypedDict):
+    type: Literal["reasoning-end"]
+    part: ReasoningPart
+
+
+class ToolEvent(TypedDict):
+    type: Literal["tool"]
+    part: ToolPart
+
+
+class StepFinishEvent(TypedDict):
+    type: Literal["step-finish"]
+    step: int
+    message: AssistantMessage
+    finish_reason: str
+    usage: Usage
+
+
+class CompactionEvent(TypedDict):
+    type: Literal["compaction"]
+    part: CompactionPart
+    message: AssistantMessage
+
+
+class FinishEvent(TypedDict):
+    type: Literal["finish"]
+    result: "RunResult"
+
+
+Event = Union[
+    StartEvent, UserMessageEvent, RecoveryEvent, StepStartEvent, TextStartEvent, TextDeltaEvent,
+    TextEndEvent, ReasoningStartEvent, ReasoningDeltaEvent, ReasoningEndEvent, ToolEvent,
+    StepFinishEvent, CompactionEvent, FinishEvent,
+]
 
 EVENT_TYPES = (
     "start", "user-message", "recovery", "step-start", "text-start", "text-delta", "text-end",

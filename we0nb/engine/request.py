@@ -7,16 +7,41 @@ it, so the exact ``ValueError`` messages of the spec come from here and only her
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Sequence
 
 from .._ids import new_id
+from .._text import clean
 from ..messages import Usage, _Displayable
 
-__all__ = ["UserInput", "user_message", "RunRequest", "RunResult", "build_request", "Mode"]
+__all__ = ["UserInput", "user_message", "RunRequest", "RunResult", "build_request", "check_session_id", "Mode",
+           "MAX_SESSION_ID"]
 
 Mode = Literal["prompt", "resume"]
 MODES = ("prompt", "resume")
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+
+#: the longest session id, on every backend (PostgreSQL indexes it as varchar(255))
+MAX_SESSION_ID = 255
+
+
+def check_session_id(session_id: object, where: str = "session_id") -> str:
+    """The one rule for session ids on every backend: a non-empty string of at most 255
+    characters, without control characters (NUL included). Raises TypeError/ValueError."""
+    if not isinstance(session_id, str):
+        raise TypeError(f"{where} must be a string, got {type(session_id).__name__}.")
+    if not session_id.strip():
+        raise ValueError(f"{where} must not be empty.")
+    if len(session_id) > MAX_SESSION_ID:
+        raise ValueError(f"{where} is {len(session_id)} characters long; session ids have at most "
+                         f"{MAX_SESSION_ID} characters. Use a shorter id (or a hash of yours).")
+    bad = _UNPRINTABLE.search(session_id)
+    if bad is not None:
+        raise ValueError(f"{where} contains the character {bad.group()!r}; session ids must be printable "
+                         "text (no control characters).")
+    return session_id
 
 
 @dataclass(frozen=True)
@@ -30,7 +55,7 @@ def user_message(text: str) -> UserInput:
     """A user message for ``messages=[...]`` of a prompt run."""
     if not isinstance(text, str):
         raise TypeError(f"user_message() expects a string, got {type(text).__name__}.")
-    return UserInput(text)
+    return UserInput(clean(text))
 
 
 @dataclass(frozen=True)
@@ -99,9 +124,7 @@ def build_request(*, abort: Optional[asyncio.Event] = None, mode: str = "prompt"
             )
         session_id = new_id("ses")
         new_session = True
-    elif not isinstance(session_id, str):
-        raise TypeError(f"session_id must be a string, got {type(session_id).__name__}.")
-    elif not session_id.strip():
-        raise ValueError("session_id must not be empty.")
+    else:
+        check_session_id(session_id)
     return RunRequest(abort=abort, mode=mode, session_id=session_id, messages=msgs,  # type: ignore[arg-type]
                       run_id=new_id("run"), new_session=new_session)

@@ -829,12 +829,11 @@ class SqlPersistence(Persistence):
     async def upsert_part(self, part: Part) -> None:
         await self._exec("upsert_part", _part_row(part))
 
-    async def upsert_batch(self, message: Optional[MessageInfo], parts: Sequence[Part], *,
-                           view: Optional[str] = None, before: Optional[Batch] = None) -> None:
+    async def commit(self, writes: Sequence[Batch], *, lease: Optional[Lease] = None) -> None:
+        if lease is not None:
+            await self.check_lease(lease)
         ops: list[tuple[str, Any]] = []
-        batches = [before] if before is not None else []
-        batches.append((message, parts, view))
-        for m, ps, v in batches:
+        for m, ps, v in writes:
             if ps:
                 ops.append(("upsert_part", [_part_row(p) for p in ps]))
             if m is not None:

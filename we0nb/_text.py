@@ -1,0 +1,47 @@
+"""Text that can always be stored: surrogate code points repaired.
+
+A Python ``str`` may hold lone UTF-16 surrogates (``"\\ud83d"``): JSON escapes decode to
+them, and servers that split a stream by UTF-16 units send an emoji as two halves in two
+deltas. Such a string cannot be encoded as UTF-8, so it could not be persisted. The
+engine repairs text where it enters: a pair split across deltas is joined
+(:class:`SurrogateJoiner`), a lone surrogate becomes U+FFFD, nothing before it is lost.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["clean", "SurrogateJoiner"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean(text: str) -> str:
+    """``text`` with surrogate pairs joined and lone surrogates replaced by U+FFFD."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+class SurrogateJoiner:
+    """Repairs a stream of deltas: a high surrogate at the end of one waits for the next."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, delta: str) -> str:
+        """The repaired text to emit for ``delta`` (may be empty while a half is held)."""
+        if self._held:
+            delta, self._held = self._held + delta, ""
+        elif delta.isascii():
+            return delta
+        if delta and "\ud800" <= delta[-1] <= "\udbff":
+            delta, self._held = delta[:-1], delta[-1]
+        return clean(delta)
+
+    def flush(self) -> str:
+        """What is still held at the end of a part (a lone half: U+FFFD)."""
+        held, self._held = self._held, ""
+        return clean(held) if held else ""

@@ -1,0 +1,200 @@
+"""One model step: the model's stream turned into parts and events.
+
+Deltas are the hot path (thousands per second): they take a flag test, a buffer append
+and a dict; everything else goes through :meth:`StepProcessor.handle`. Text is repaired
+as it arrives (surrogate halves joined, lone ones replaced: :mod:`we0nb._text`); tool
+arguments given as JSON text are parsed once, so what is persisted is what runs; a call
+id the model repeats within a step is made unique, so results pair with their calls.
+
+When the model fails, what it produced so far is persisted: an ``Exception`` is recorded
+on the (unfinished) assistant message and reaches the caller — a provider's own error as
+itself, anything else wrapped in :class:`~we0nb.ModelError`; a ``KeyboardInterrupt`` or
+``SystemExit`` is re-raised as it is, after the same write. A failing *store* is not a
+model failure: its :class:`~we0nb.PersistenceError` passes through untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
+
+from .._ids import now
+from .._text import SurrogateJoiner, clean
+from ..errors import ModelError, PersistenceError
+from ..messages import (
+    AssistantMessage,
+    MessageError,
+    MessageWithParts,
+    PartTime,
+    ReasoningPart,
+    TextPart,
+    ToolPart,
+    ToolStatePending,
+)
+from ..models.base import FinishEvent, ModelRequest, ReasoningDelta, TextDelta, ToolCallEvent
+from .abort import Aborted
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .state import RunState
+
+__all__ = ["StepProcessor", "close_stream", "tool_input"]
+
+log = logging.getLogger("we0nb.engine")
+
+_KIND = {TextDelta: ("text", "text-delta"), ReasoningDelta: ("reasoning", "reasoning-delta")}
+
+
+def tool_input(raw: Any) -> tuple[dict[str, Any], Optional[str]]:
+    """A call's arguments as ``(input, raw)``: a dict (JSON text parsed once), or ``({}, text)``
+    when they are not a JSON object (the executor then reports a tool-input error)."""
+    if isinstance(raw, dict):
+        return raw, None
+    text = clean(str(raw))
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return {}, text
+    return (value, None) if isinstance(value, dict) else ({}, text)
+
+
+async def close_stream(stream: Any) -> None:
+    """Close a model stream after an error or an abort: a failure to close is logged, never
+    allowed to hide the error in flight; cancellation and interrupts still propagate."""
+    aclose = getattr(stream, "aclose", None)
+    if aclose is None:
+        return
+    try:
+        await aclose()
+    except Exception as e:
+        log.warning("closing the model stream failed: %s: %s", type(e).__name__, e)
+
+
+class StepProcessor:
+    """Turns the model stream of one step into the parts of ``msg`` and stream events."""
+
+    def __init__(self, state: "RunState", msg: MessageWithParts) -> None:
+        self.state = state
+        self.msg = msg
+        self.info: AssistantMessage = msg.info  # type: ignore[assignment]
+        self.finish = FinishEvent()
+        self.joiner = SurrogateJoiner()
+        self._call_ids: set[str] = set()
+
+    async def run(self, request: ModelRequest) -> AsyncIterator[dict[str, Any]]:
+        """Stream the model's reply; on return every part is written or marked, the last part closed."""
+        state = self.state
+        writer, scope = state.writer, state.scope
+        interval = writer.interval
+        monotonic = time.monotonic
+        writer.last_flush = monotonic()
+        stream = None
+        try:
+            stream = state.agent.model.stream(request)
+            it = stream.__aiter__()
+            while True:
+                try:
+                    ev = await scope.next(it)
+                except StopAsyncIteration:
+                    break
+                cls = type(ev)
+                if cls is TextDelta or cls is ReasoningDelta:
+                    kind, delta_type = _KIND[cls]
+                    part = writer.open
+                    if part is None or part.type != kind:
+                        for out in await self._open(kind):
+                            yield out
+                        part = writer.open
+                    text = ev.text if ev.text.isascii() else self.joiner.feed(ev.text)
+                    writer.chunks.append(text)
+                    yield {"type": delta_type, "text": text, "part_id": part.id}  # type: ignore[union-attr]
+                    if monotonic() - writer.last_flush >= interval:
+                        await writer.flush_open(close=False)
+                else:
+                    for out in await self.handle(ev):
+                        yield out
+        except BaseException as exc:
+            wrapped = await self._failed(exc, stream)
+            if wrapped is not None:
+                raise wrapped from exc
+            raise
+        for out in await self._close_open():
+            yield out
+
+    async def handle(self, ev: Any) -> list[dict[str, Any]]:
+        """Every model event but the deltas: tool calls and the finish."""
+        cls = type(ev)
+        if cls is ToolCallEvent:
+            out = await self._close_open()
+            out.append({"type": "tool", "part": self._tool_call(ev).model_copy()})
+            return out
+        if cls is FinishEvent:
+            self.finish = ev
+            return []
+        raise TypeError(f"The model streamed an unknown event {ev!r}.")
+
+    # ------------------------------------------------------------------ parts
+
+    async def _open(self, kind: str) -> list[dict[str, Any]]:
+        """Start a text or reasoning part (closing the other kind first)."""
+        out = await self._close_open()
+        state, info = self.state, self.info
+        ptype = TextPart if kind == "text" else ReasoningPart
+        part = ptype(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
+                     time=PartTime(start=now()))
+        self.msg.parts.append(part)
+        state.writer.open_part(part)
+        await state.writer.write(None, part)
+        out.append({"type": f"{kind}-start", "part": part.model_copy()})
+        return out
+
+    async def _close_open(self) -> list[dict[str, Any]]:
+        writer = self.state.writer
+        if writer.open is None:
+            return []
+        closed = await writer.flush_open(close=True, tail=self.joiner.flush())
+        return [{"type": f"{closed.type}-end", "part": closed.model_copy()}]  # type: ignore[union-attr]
+
+    def _tool_call(self, ev: ToolCallEvent) -> ToolPart:
+        """A pending call: not a durability point, it goes with the next commit."""
+        state, info = self.state, self.info
+        inp, raw = tool_input(ev.input)
+        call_id = clean(ev.call_id) or state.ids("call")
+        if call_id in self._call_ids:  # a repeated id would pair results with the wrong call
+            call_id = f"{call_id}~{len(self._call_ids)}"
+        self._call_ids.add(call_id)
+        tp = ToolPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
+                      call_id=call_id, tool=clean(ev.name), state=ToolStatePending(input=inp, raw=raw))
+        self.msg.parts.append(tp)
+        state.writer.mark(tp)
+        return tp
+
+    # ------------------------------------------------------------------ failure
+
+    async def _failed(self, exc: BaseException, stream: Any) -> Optional[ModelError]:
+        """Persist what the step produced and record a model failure on the message.
+
+        Returns the ModelError to raise instead of ``exc`` (an ordinary exception from the
+        model), or None to re-raise ``exc`` as it is (our own model errors, with their ids
+        set; aborts; interrupts; store failures)."""
+        await close_stream(stream)
+        writer = self.state.writer
+        if isinstance(exc, (Aborted, asyncio.CancelledError, GeneratorExit)) or writer.lost:
+            return None  # the run persists on abort/cancel; a lost lease writes nothing
+        if isinstance(exc, PersistenceError):
+            return None  # the store failed, not the model
+        writer.keep_open()
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: keep the text, re-raise
+            await writer.write(None)
+            return None
+        info = self.info
+        info.error = MessageError(reason=type(exc).__name__, message=clean(str(exc) or repr(exc)),
+                                  metadata={"step": self.state.steps})
+        await writer.write(info)
+        await writer.p.flush()
+        if isinstance(exc, ModelError):
+            exc.session_id, exc.message_id = info.session_id, info.id
+            return None
+        return ModelError(info.session_id, info.id, exc)

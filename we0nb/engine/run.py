@@ -1,0 +1,342 @@
+"""One run: the session lease, start-up by mode, recovery, and the step loop — orchestration.
+
+The parts do the work: :class:`~we0nb.engine.processor.StepProcessor` turns a model stream
+into parts, :class:`~we0nb.engine.executor.ToolExecutor` runs the calls (write-ahead),
+:class:`~we0nb.engine.writer.Writer` decides when things become durable,
+:func:`~we0nb.engine.recovery.plan_recovery` decides keep/recall/interrupt, and
+:class:`~we0nb.engine.compaction.Compactor` summarises an overflowing history. They share
+one :class:`~we0nb.engine.state.RunState`.
+
+Endings: a finished turn yields ``finish``; an abort persists what was produced, closes
+nothing and raises :class:`asyncio.CancelledError`; any other exception is raised after
+what was produced is written (unless the run lost its lease: then nothing more is written).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
+
+from .._ids import now
+from .._text import clean
+from ..errors import MaxStepsExceeded, ModelError
+from ..messages import (
+    UNFINISHED_MESSAGE,
+    UNFINISHED_REASON,
+    AssistantMessage,
+    MessageError,
+    MessageTime,
+    MessageWithParts,
+    Session,
+    SessionTime,
+    StepFinishPart,
+    StepStartPart,
+    ToolPart,
+    turn_pending,
+)
+from .abort import Aborted, AbortScope
+from .compaction import Compactor
+from .executor import ToolExecutor, interrupted
+from .history import HistoryCache
+from .output import OutputChecker
+from .processor import StepProcessor
+from .recovery import block_after, plan_recovery
+from .request import RunRequest, RunResult
+from .revert import hidden_ids, visible_messages
+from .state import RunState
+from .writer import Writer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .agent import We0Agent
+
+__all__ = ["Run"]
+
+log = logging.getLogger("we0nb.engine")
+
+
+class Run:
+    """One run of the loop for one validated :class:`RunRequest`."""
+
+    def __init__(self, agent: "We0Agent", request: RunRequest, *, structured: bool):
+        self.agent = agent
+        self.req = request
+        self.p = agent.persistence
+        self.structured = structured
+        self.result: Optional[RunResult] = None
+
+    # ------------------------------------------------------------------ the run
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        """The run as events. Deltas cross only this generator and the processor's: keep it flat."""
+        req = self.req
+        if req.abort.is_set():
+            raise asyncio.CancelledError("aborted before the run started")
+        lease = await self.p.acquire_lease(req.session_id, req.run_id)
+        scope = AbortScope(req.abort)
+        scope.start()
+        writer = Writer(self.p, lease, self.agent.flush_interval)
+        self.state = state = RunState(self.agent, req, writer, scope)
+        try:
+            try:
+                async for ev in self._run(state):
+                    yield ev
+            except Aborted:
+                await writer.persist_interrupted()  # (commits a held step end too)
+                for ev in writer.take_end_events():  # its events, now that it is durable
+                    yield ev
+                raise asyncio.CancelledError("run aborted") from None
+            except (asyncio.CancelledError, GeneratorExit):
+                scope.uncancel()
+                if not writer.lost:
+                    await asyncio.shield(writer.persist_interrupted())
+                raise
+            except BaseException as exc:
+                await self._salvage(exc)
+                raise
+        finally:
+            scope.close()
+            await asyncio.shield(lease.release())
+
+    async def _salvage(self, exc: BaseException) -> None:
+        """A run that fails: write what it produced (a held step end, dirty parts), unless the
+        lease is lost. A failure to write is logged and noted on ``exc``, never hiding it."""
+        writer = self.state.writer
+        if writer.lost:
+            return
+        try:
+            await asyncio.shield(writer.persist_interrupted())
+        except Exception as e:
+            log.warning("writing the failed run's last state failed: %s: %s", type(e).__name__, e)
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"(we0nb could not write the run's last state either: {type(e).__name__}: {e})")
+
+    async def _run(self, state: RunState) -> AsyncIterator[dict[str, Any]]:
+        req, agent, writer = self.req, self.agent, state.writer
+        output = OutputChecker(state, self.structured)
+        executor = ToolExecutor(state, output)
+        compactor = Compactor(state)
+        session = await self._ensure_session()
+        yield {"type": "start", "session_id": req.session_id, "mode": req.mode, "run_id": req.run_id}
+        await self._load(session)
+        if req.mode == "prompt":
+            async for ev in self._start_prompt(session, executor):
+                yield ev
+        while True:
+            state.scope.check()
+            recovered = False
+            if req.mode == "resume":
+                async for ev in self._recover("resume", executor):
+                    recovered = True
+                    yield ev
+            if not self._needs_step(recovered, output):
+                for ev in await writer.commit_end():
+                    yield ev
+                break
+            if state.steps >= agent.max_steps:
+                for ev in await writer.commit_end():
+                    yield ev
+                raise MaxStepsExceeded(req.session_id, agent.max_steps)
+            try:
+                async for ev in self._step(executor, output):
+                    yield ev
+            except ModelError as exc:
+                if not await compactor.on_model_error(exc):  # a context overflow compacts
+                    raise
+            if state.has_output:
+                break
+            try:
+                due = compactor.due()
+            except BaseException:
+                for ev in await writer.commit_end():
+                    yield ev
+                raise
+            if due:
+                for ev in await writer.commit_end():
+                    yield ev
+                async for ev in compactor.compact():
+                    yield ev
+                break
+        await self._touch_session(session)
+        self.result = self._result(compactor.compacted)
+        yield {"type": "finish", "result": self.result}
+
+    def _result(self, compacted: bool) -> RunResult:
+        state = self.state
+        last = next((m for m in reversed(state.messages) if m.info.role == "assistant" and not m.is_summary), None)
+        return RunResult(
+            result="compact" if compacted else "stop",
+            session_id=self.req.session_id,
+            text=last.text if last else "",
+            output=state.output if self.structured else None,
+            message_id=last.info.id if last else None,
+            steps=state.steps,
+            usage=state.usage,
+            run_id=self.req.run_id,
+        )
+
+    # ------------------------------------------------------------------ start-up
+
+    async def _ensure_session(self) -> Session:
+        s = await self.p.get_session(self.req.session_id)
+        if s is None:
+            t = now()
+            first = self.req.messages[0].text.strip() if self.req.messages else ""
+            title = first.splitlines()[0][:80] if first else ""
+            s = Session(id=self.req.session_id, title=title, time=SessionTime(created=t, updated=t))
+            await self.p.upsert_session(s)
+        return s
+
+    async def _load(self, session: Session) -> None:
+        """The history the run starts from (older messages as stored model views when possible)."""
+        state, sid = self.state, self.req.session_id
+        if session.revert is None:
+            recent = await self.p.load_recent(sid)
+            state.load(recent.messages, HistoryCache(recent.earlier))
+            return
+        # a revert point: its handling needs every message as an object
+        messages = (await self.p.load_transcript(sid)).messages
+        state.load(messages, HistoryCache())  # (ids seeded from every message, hidden ones too)
+        if self.req.mode == "resume":
+            state.messages = visible_messages(session, messages)  # resume never sees reverted messages
+
+    async def _start_prompt(self, session: Session, executor: ToolExecutor) -> AsyncIterator[dict[str, Any]]:
+        """Prompt mode: clear a revert, interrupt what the last turn left unfinished, write the messages."""
+        if session.revert is not None:
+            await self._clear_revert(session)
+        async for ev in self._recover("prompt", executor):
+            yield ev
+        for u in self.req.messages or ():
+            m = await self.state.append_user_message(clean(u.text))
+            yield {"type": "user-message", "message": m.info.model_copy(), "text": m.text}
+
+    async def _touch_session(self, session: Session) -> None:
+        # the lease makes this run the session's only writer, so ``session`` is current
+        self.state.writer.lease.check()  # type: ignore[union-attr]
+        session.time = SessionTime(created=session.time.created, updated=now())
+        await self.p.upsert_session(session)
+
+    async def _clear_revert(self, session: Session) -> None:
+        """Prompt mode: messages hidden by a revert are deleted for good."""
+        assert session.revert is not None
+        state = self.state
+        doomed = hidden_ids(session, state.messages)
+        if doomed:
+            await self.p.delete_messages(self.req.session_id, doomed)
+            gone = set(doomed)
+            state.messages = [m for m in state.messages if m.info.id not in gone]
+        session.revert = None
+        await self.p.upsert_session(session)
+        state.history.invalidate()
+
+    # ------------------------------------------------------------------ recovery
+
+    async def _recover(self, mode: str, executor: ToolExecutor) -> AsyncIterator[dict[str, Any]]:
+        """Apply the recovery plan to the last assistant message (see :mod:`.recovery`)."""
+        state = self.state
+        last = state.last_assistant()
+        if last is None or not last.unfinished:
+            return
+        plan = plan_recovery(last.info, last.parts, state.policies(), mode)  # type: ignore[arg-type]
+        by_id = {p.id: p for p in last.parts}
+        for i, action in enumerate(plan.tool_actions):
+            action = plan.tool_actions[i]  # (the plan may change as recalls end)
+            part = by_id[action.part_id]
+            assert isinstance(part, ToolPart)
+            if action.action == "keep":
+                yield {"type": "recovery", "action": "keep", "part": part.model_copy()}
+            elif action.action == "interrupt":
+                part.state = interrupted(part.state, action.reason or mode)
+                await state.writer.write(None, part)
+                yield {"type": "recovery", "action": "interrupt", "part": part.model_copy()}
+                yield {"type": "tool", "part": part.model_copy()}
+            else:
+                yield {"type": "recovery", "action": "recall", "part": part.model_copy()}
+                async for ev in executor.execute(part, recalled=True):
+                    yield ev
+                if part.state.status == "error" and state.blocks(part.tool):
+                    plan = block_after(plan, i)
+        if plan.close_message:
+            info = last.info
+            assert isinstance(info, AssistantMessage)
+            info.time = MessageTime(created=info.time.created, completed=now())
+            if info.error is None:
+                info.error = MessageError(reason=UNFINISHED_REASON, message=UNFINISHED_MESSAGE,
+                                          metadata={"recovered": True, "mode": mode})
+            await state.writer.write(info, final=last)
+            yield {"type": "recovery", "action": "close", "message": info.model_copy()}
+        state.history.invalidate()
+
+    def _needs_step(self, recovered: bool, output: OutputChecker) -> bool:
+        """Whether the turn goes on with a model step (the transcript's own rule, see turn_pending)."""
+        messages = self.state.messages
+        if not messages:
+            return False
+        for p in messages[-1].tool_parts if messages[-1].info.role == "assistant" else ():
+            if output.is_output_call(p.tool) and p.state.status == "completed":
+                output.take_stored(p)
+                return False
+        return recovered or turn_pending(messages)
+
+    # ------------------------------------------------------------------ one step
+
+    async def _step(self, executor: ToolExecutor, output: OutputChecker) -> AsyncIterator[dict[str, Any]]:
+        state, agent, writer = self.state, self.agent, self.state.writer
+        sid = self.req.session_id
+        state.steps += 1
+        t0 = now()
+        info = AssistantMessage(id=state.ids("msg"), session_id=sid, time=MessageTime(created=t0),
+                                parent_id=state.parent_id(), model_id=agent.model.model_id)
+        msg = MessageWithParts.model_construct(info=info, parts=[])
+        request = state.model_request()
+        state.messages.append(msg)
+        start = StepStartPart(id=state.ids("prt"), session_id=sid, message_id=info.id, time=t0)
+        msg.parts.append(start)
+        # durability point: the unfinished message exists (committed with the previous step's end)
+        await writer.write(info, start)
+        held = writer.take_end_events()
+        if held:
+            for ev in held:
+                yield ev
+            if state.scope.is_set:  # aborted on the previous step's end: as if this step had not started
+                await self.p.delete_messages(sid, [info.id])
+                state.messages.pop()
+                state.steps -= 1
+                raise Aborted
+        yield {"type": "step-start", "step": state.steps, "message": info.model_copy()}
+        processor = StepProcessor(state, msg)
+        async for ev in processor.run(request):
+            yield ev
+        calls = msg.tool_parts
+        async for ev in executor.run_step(calls):
+            yield ev
+        state.scope.check()
+        async for ev in self._finish_step(msg, processor, calls, output):
+            yield ev
+
+    async def _finish_step(self, msg: MessageWithParts, processor: StepProcessor, calls: list[ToolPart],
+                           output: OutputChecker) -> AsyncIterator[dict[str, Any]]:
+        """Close the step's message; its end is committed with the next write (no output type)."""
+        state, writer = self.state, self.state.writer
+        info: AssistantMessage = msg.info  # type: ignore[assignment]
+        finish = processor.finish
+        state.usage = state.usage + finish.usage
+        end = now()
+        sf = StepFinishPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
+                            reason=finish.reason, usage=finish.usage, time=end)
+        msg.parts.append(sf)
+        info.time = MessageTime(created=info.time.created, completed=end)
+        info.finish_reason = finish.reason
+        info.usage = finish.usage
+        events: list[dict[str, Any]] = [{"type": "tool", "part": calls[-1].model_copy()}] if calls else []
+        events.append({"type": "step-finish", "step": state.steps, "message": info.model_copy(),
+                       "finish_reason": finish.reason, "usage": finish.usage})
+        if self.agent.output_type is None:
+            # durability point: the step's end — committed with whatever the run writes next, at
+            # once (the next step's start, or the run's end); nothing is yielded or run before it
+            writer.defer_end(info, (sf,), msg, events)
+            return
+        await writer.write(info, sf, final=msg)
+        for ev in events:
+            yield ev
+        output.after_step(msg.parts)

@@ -1,0 +1,111 @@
+"""What the parts of one run share: the history so far, the writer, abort, ids, totals.
+
+The step processor, the tool executor, recovery and compaction all work through this
+object — the run's small interface — and never through each other's attributes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+from .._ids import IdSequence
+from ..messages import MessageTime, MessageWithParts, PartTime, TextPart, Usage, UserMessage
+from ..models.base import ModelRequest
+from ..tools import ToolPolicy
+from .abort import AbortScope
+from .history import HistoryCache
+from .request import RunRequest
+from .writer import Writer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .agent import We0Agent
+
+__all__ = ["RunState"]
+
+
+@dataclass
+class RunState:
+    agent: "We0Agent"
+    request: RunRequest
+    writer: Writer
+    scope: AbortScope
+    ids: IdSequence = field(default_factory=IdSequence)
+    messages: list[MessageWithParts] = field(default_factory=list)
+    history: HistoryCache = field(default_factory=HistoryCache)
+    steps: int = 0
+    usage: Usage = field(default_factory=Usage)
+    output: Any = None
+    has_output: bool = False
+    _parent: Optional[str] = None
+
+    @property
+    def session_id(self) -> str:
+        return self.request.session_id
+
+    def load(self, messages: list[MessageWithParts], history: HistoryCache) -> None:
+        """Start from the persisted ``messages``; new ids sort after every stored one."""
+        self.messages = messages
+        self.history = history
+        if messages:
+            last = messages[-1]
+            self.ids.seed([last.info.id, *(p.id for p in last.parts)])
+
+    # ------------------------------------------------------------------ the history
+
+    def last_assistant(self) -> Optional[MessageWithParts]:
+        for m in reversed(self.messages):
+            if m.info.role == "assistant":
+                return m
+        return None
+
+    def parent_id(self) -> Optional[str]:
+        """The user message this turn answers (found once, then kept as messages are written)."""
+        if self._parent is None:
+            self._parent = next((m.info.id for m in reversed(self.messages) if m.info.role == "user"), None)
+        return self._parent
+
+    def policies(self) -> dict[str, ToolPolicy]:
+        agent = self.agent
+        pol = {name: t.policy for name, t in agent.tools_by_name.items()}
+        if agent.output_type is not None:
+            pol[agent.output_tool_name] = ToolPolicy(side_effects=False)
+        return pol
+
+    def blocks(self, tool_name: str) -> bool:
+        t = self.agent.tools_by_name.get(tool_name)
+        return bool(t and t.policy.blocks_on_error)
+
+    def model_request(self) -> ModelRequest:
+        agent = self.agent
+        return ModelRequest(
+            messages=self.history.build(self.messages),
+            tools=list(agent.tool_schemas),
+            system=agent.system_prompt,
+            output_tool=agent.output_tool_name if agent.output_type is not None else None,
+        )
+
+    # ------------------------------------------------------------------ user messages
+
+    def user_message(self, text: str, *, synthetic: bool = False) -> MessageWithParts:
+        """A new user message (with its text part), not yet written."""
+        from .._ids import now
+
+        t = now()
+        sid = self.session_id
+        info = UserMessage(id=self.ids("msg"), session_id=sid, time=MessageTime(created=t))
+        part = TextPart(id=self.ids("prt"), session_id=sid, message_id=info.id, text=text,
+                        time=PartTime(start=t, end=t), synthetic=synthetic)
+        return MessageWithParts.model_construct(info=info, parts=[part])
+
+    def add_user_message(self, m: MessageWithParts) -> None:
+        """``m`` is written: it joins the history and becomes the turn's parent."""
+        self.messages.append(m)
+        self._parent = m.info.id
+
+    async def append_user_message(self, text: str, *, synthetic: bool = False) -> MessageWithParts:
+        """Write a user message (and its text part) and make it the turn's parent."""
+        m = self.user_message(text, synthetic=synthetic)
+        await self.writer.write(m.info, *m.parts, final=m)
+        self.add_user_message(m)
+        return m
