@@ -5,11 +5,14 @@ The names of SPEC.md are re-exported here; everything else lives in sub-packages
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .engine import RunRequest, RunResult, We0Agent, plan_recovery, user_message
 from .errors import (
     CompactionError,
     ContextWindowExceeded,
     CorruptRecordError,
+    LeaseLostError,
     ModelAuthenticationError,
     ModelProviderError,
     MaxStepsExceeded,
@@ -21,6 +24,7 @@ from .errors import (
     SessionBusyError,
     We0Error,
 )
+from ._extras import MissingExtraError
 from .messages import (
     AssistantMessage,
     CompactionPart,
@@ -42,11 +46,29 @@ from .messages import (
     Usage,
     UserMessage,
 )
-from .models import FunctionModel, Model, ModelRequest, ScriptedModel, fail, output, reasoning, text, tool_call, usage
+from .models import FunctionModel, Model, ModelRequest, ScriptedModel
 from .persistence import MemoryPersistence, Persistence
+from .testing import fail, output, reasoning, text, tool_call, usage  # aliases of we0nb.testing
 from .tools import AnyToolDefinition, ToolDefinition, ToolPolicy, tool
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:  # the lazy names, for IDEs and type checkers
+    from .models.openai import OpenAIChatModel
+    from .notebook.frames import expand_json, messages_df, parts_df, session_summary, sessions_df, tool_calls_df
+    from .notebook.live import show
+    from .notebook.plots import plot_timeline, plot_tools
+    from .persistence.sql import SqlPersistence
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("we0nb")
+    except PackageNotFoundError:  # a checkout on sys.path, not installed
+        return "0+unknown"
+
+
+__version__ = _version()
 
 __all__ = [
     "We0Agent", "RunRequest", "RunResult", "user_message", "plan_recovery",
@@ -57,39 +79,48 @@ __all__ = [
     "Session", "UserMessage", "AssistantMessage", "MessageError", "Usage", "Transcript", "MessageWithParts",
     "Part", "TextPart", "ReasoningPart", "ToolPart", "StepStartPart", "StepFinishPart", "CompactionPart",
     "ToolState", "ToolStatePending", "ToolStateRunning", "ToolStateCompleted", "ToolStateError",
-    "We0Error", "SessionBusyError", "MaxStepsExceeded", "ModelError", "OutputValidationError",
+    "We0Error", "SessionBusyError", "LeaseLostError", "MaxStepsExceeded", "ModelError", "OutputValidationError",
     "ScriptExhaustedError", "PersistenceError", "CorruptRecordError", "SchemaVersionError",
     "ModelProviderError", "ModelAuthenticationError", "ContextWindowExceeded", "CompactionError",
+    "MissingExtraError",
     "show", "sessions_df", "messages_df", "parts_df", "tool_calls_df", "session_summary", "expand_json",
     "plot_timeline", "plot_tools",
+    "load_ipython_extension",
 ]
 
+#: names imported on first use (``import we0nb`` stays light: no SQLAlchemy engine, no openai, no pandas)
 _LAZY = {
-    "SqlPersistence": ("we0nb.persistence.sql", "SqlPersistence"),
-    "OpenAIChatModel": ("we0nb.models.openai", "OpenAIChatModel"),
-    "show": ("we0nb.notebook.live", "show"),
-    "sessions_df": ("we0nb.notebook.frames", "sessions_df"),
-    "messages_df": ("we0nb.notebook.frames", "messages_df"),
-    "parts_df": ("we0nb.notebook.frames", "parts_df"),
-    "tool_calls_df": ("we0nb.notebook.frames", "tool_calls_df"),
-    "session_summary": ("we0nb.notebook.frames", "session_summary"),
-    "expand_json": ("we0nb.notebook.frames", "expand_json"),
-    "plot_timeline": ("we0nb.notebook.plots", "plot_timeline"),
-    "plot_tools": ("we0nb.notebook.plots", "plot_tools"),
+    "SqlPersistence": "we0nb.persistence.sql",
+    "OpenAIChatModel": "we0nb.models.openai",
+    "show": "we0nb.notebook.live",
+    "sessions_df": "we0nb.notebook.frames",
+    "messages_df": "we0nb.notebook.frames",
+    "parts_df": "we0nb.notebook.frames",
+    "tool_calls_df": "we0nb.notebook.frames",
+    "session_summary": "we0nb.notebook.frames",
+    "expand_json": "we0nb.notebook.frames",
+    "plot_timeline": "we0nb.notebook.plots",
+    "plot_tools": "we0nb.notebook.plots",
 }
 
 
 def load_ipython_extension(ipython):  # `%load_ext we0nb` registers the %%we0 cell magic
+    """IPython's hook for ``%load_ext we0nb``: registers the ``%%we0`` cell magic."""
     from .notebook.magics import load_ipython_extension as load
 
     load(ipython)
 
 
 def __getattr__(name: str):
-    # optional parts are imported on first use, so `import we0nb` stays light
-    if name in _LAZY:
-        import importlib
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'we0nb' has no attribute {name!r}")
+    import importlib
 
-        mod, attr = _LAZY[name]
-        return getattr(importlib.import_module(mod), attr)
-    raise AttributeError(f"module 'we0nb' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once imported, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

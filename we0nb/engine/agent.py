@@ -14,7 +14,7 @@ from ..persistence.memory import MemoryPersistence
 from ..tools import AnyToolDefinition, ToolDefinition, tool as make_tool
 from . import revert as _revert
 from .run import Run
-from .request import RunRequest, RunResult, UserInput, build_request
+from .request import RunRequest, RunResult, UserInput, build_request, check_session_id
 
 __all__ = ["We0Agent"]
 
@@ -58,40 +58,12 @@ class We0Agent:
                 "We0Agent(persistence=...): expected MemoryPersistence(), SqlPersistence(url) or another "
                 f"Persistence, got {type(persistence).__name__}."
             )
-        if isinstance(tools, (str, bytes)) or not isinstance(tools, Sequence):
-            raise TypeError("We0Agent(tools=...): expected a list of tools made with @tool.")
-        defs: list[AnyToolDefinition] = []
-        for t in tools:
-            if isinstance(t, ToolDefinition):
-                defs.append(t)
-            elif callable(t):
-                defs.append(make_tool(t))
-            else:
-                raise TypeError(f"We0Agent(tools=...): {t!r} is not a tool; decorate a function with @tool.")
-        by_name: dict[str, AnyToolDefinition] = {}
-        for d in defs:
-            if d.name in by_name:
-                raise ValueError(f"We0Agent(tools=...): two tools are named {d.name!r}; tool names must be unique.")
-            by_name[d.name] = d
-        if output_type is not None and output_tool_name in by_name:
+        _check_options(max_steps, output_retries, flush_interval, compaction_threshold, compaction_prompt)
+        self.model = model
+        self.tools, self.tools_by_name = _tool_table(tools)
+        if output_type is not None and output_tool_name in self.tools_by_name:
             raise ValueError(f"A tool is named {output_tool_name!r}, which is reserved for structured output; "
                              "rename it or pass output_tool_name=.")
-        if not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError("We0Agent(max_steps=...): expected an integer >= 1.")
-        if not isinstance(output_retries, int) or output_retries < 0:
-            raise ValueError("We0Agent(output_retries=...): expected an integer >= 0.")
-        if not isinstance(flush_interval, (int, float)) or flush_interval < 0:
-            raise ValueError("We0Agent(flush_interval=...): expected seconds >= 0 (0 writes every delta).")
-        if compaction_threshold is not None and (
-                isinstance(compaction_threshold, bool) or not isinstance(compaction_threshold, (int, float))
-                or not 0 < compaction_threshold <= 1):
-            raise ValueError("We0Agent(compaction_threshold=...): expected a share of the context window in "
-                             "(0, 1], e.g. 0.8, or None to turn compaction off.")
-        if compaction_prompt is not None and (not isinstance(compaction_prompt, str) or not compaction_prompt.strip()):
-            raise ValueError("We0Agent(compaction_prompt=...): expected a non-empty string or None.")
-        self.model = model
-        self.tools: tuple[AnyToolDefinition, ...] = tuple(defs)
-        self.tools_by_name = by_name
         self.persistence = persistence
         self.system_prompt = system_prompt
         self.output_type = output_type
@@ -104,17 +76,9 @@ class We0Agent:
         self.compaction_prompt = compaction_prompt
         self.output_adapter: Optional[TypeAdapter[Any]] = None
         self.output_schema: dict[str, Any] = {}
-        if output_type is not None:
-            self.output_adapter = TypeAdapter(output_type)
-            schema = self.output_adapter.json_schema()
-            if schema.get("type") != "object":
-                raise TypeError(
-                    "We0Agent(output_type=...): expected a pydantic model, dataclass or TypedDict "
-                    "(something that is a JSON object)."
-                )
-            self.output_schema = schema
         schemas = [ToolSchema(t.name, t.description, t.json_schema()) for t in self.tools]
         if output_type is not None:
+            self.output_adapter, self.output_schema = _output_schema(output_type)
             schemas.append(ToolSchema(output_tool_name,
                                       "Call this tool to return your final answer as structured output.",
                                       self.output_schema))
@@ -172,8 +136,7 @@ class We0Agent:
         Messages hidden by a revert are left out; with ``include_reverted=True`` every message
         is kept and carries ``reverted`` (True for the hidden ones).
         """
-        if not isinstance(session_id, str):
-            raise TypeError(f"session_id must be a string, got {type(session_id).__name__}.")
+        check_session_id(session_id)
         return _revert.mark_transcript(await self.persistence.load_transcript(session_id), include_reverted)
 
     async def revert(self, session_id: str, message_id: str) -> Session:
@@ -188,3 +151,54 @@ class We0Agent:
     async def unrevert(self, session_id: str) -> Session:
         """Undo the session's revert: the hidden messages are visible again."""
         return await _revert.unrevert_session(self.persistence, session_id)
+
+
+# --------------------------------------------------------------------------- construction checks
+
+
+def _tool_table(tools: Sequence[AnyToolDefinition]) -> tuple[tuple[AnyToolDefinition, ...], dict[str, AnyToolDefinition]]:
+    """The agent's tools (plain functions wrapped with the safe default policy), by unique name."""
+    if isinstance(tools, (str, bytes)) or not isinstance(tools, Sequence):
+        raise TypeError("We0Agent(tools=...): expected a list of tools made with @tool.")
+    defs: list[AnyToolDefinition] = []
+    for t in tools:
+        if isinstance(t, ToolDefinition):
+            defs.append(t)
+        elif callable(t):
+            defs.append(make_tool(t))
+        else:
+            raise TypeError(f"We0Agent(tools=...): {t!r} is not a tool; decorate a function with @tool.")
+    by_name: dict[str, AnyToolDefinition] = {}
+    for d in defs:
+        if d.name in by_name:
+            raise ValueError(f"We0Agent(tools=...): two tools are named {d.name!r}; tool names must be unique.")
+        by_name[d.name] = d
+    return tuple(defs), by_name
+
+
+def _check_options(max_steps: Any, output_retries: Any, flush_interval: Any, compaction_threshold: Any,
+                   compaction_prompt: Any) -> None:
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ValueError("We0Agent(max_steps=...): expected an integer >= 1.")
+    if isinstance(output_retries, bool) or not isinstance(output_retries, int) or output_retries < 0:
+        raise ValueError("We0Agent(output_retries=...): expected an integer >= 0.")
+    if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)) or flush_interval < 0:
+        raise ValueError("We0Agent(flush_interval=...): expected seconds >= 0 (0 writes every delta).")
+    if compaction_threshold is not None and (
+            isinstance(compaction_threshold, bool) or not isinstance(compaction_threshold, (int, float))
+            or not 0 < compaction_threshold <= 1):
+        raise ValueError("We0Agent(compaction_threshold=...): expected a share of the context window in "
+                         "(0, 1], e.g. 0.8, or None to turn compaction off.")
+    if compaction_prompt is not None and (not isinstance(compaction_prompt, str) or not compaction_prompt.strip()):
+        raise ValueError("We0Agent(compaction_prompt=...): expected a non-empty string or None.")
+
+
+def _output_schema(output_type: Any) -> tuple[TypeAdapter[Any], dict[str, Any]]:
+    adapter: TypeAdapter[Any] = TypeAdapter(output_type)
+    schema = adapter.json_schema()
+    if schema.get("type") != "object":
+        raise TypeError(
+            "We0Agent(output_type=...): expected a pydantic model, dataclass or TypedDict "
+            "(something that is a JSON object)."
+        )
+    return adapter, schema

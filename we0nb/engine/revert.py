@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 from .._ids import new_id, now
 from ..messages import MessageWithParts, Session, SessionRevert, Transcript
 from ..persistence.base import MessageInfo, Persistence
+from .request import check_session_id
 
 __all__ = ["MarkedMessage", "is_hidden", "hidden_ids", "visible_messages", "mark_transcript",
            "revert_session", "unrevert_session"]
@@ -69,8 +70,9 @@ def mark_transcript(transcript: Transcript, include_reverted: bool = False) -> T
 
 async def revert_session(persistence: Persistence, session_id: str, message_id: str) -> Session:
     """Hide ``message_id`` and every later message of ``session_id``; returns the session."""
-    if not isinstance(session_id, str) or not isinstance(message_id, str):
-        raise TypeError("revert(session_id, message_id): both must be strings.")
+    check_session_id(session_id, "revert(session_id)")
+    if not isinstance(message_id, str):
+        raise TypeError("revert(session_id, message_id): message_id must be a string.")
     lease = await persistence.acquire_lease(session_id, new_id("run"))  # refused while a run is on
     try:
         transcript = await persistence.load_transcript(session_id)
@@ -92,8 +94,7 @@ async def revert_session(persistence: Persistence, session_id: str, message_id: 
 
 async def unrevert_session(persistence: Persistence, session_id: str) -> Session:
     """Undo the revert of ``session_id`` (no-op when there is none); returns the session."""
-    if not isinstance(session_id, str):
-        raise TypeError("unrevert(session_id): session_id must be a string.")
+    check_session_id(session_id, "unrevert(session_id)")
     lease = await persistence.acquire_lease(session_id, new_id("run"))  # refused while a run is on
     try:
         session = await persistence.get_session(session_id)

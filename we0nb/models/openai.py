@@ -43,10 +43,12 @@ import math
 import os
 import random
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
+from .._extras import require
 from .._ids import new_id
 from ..errors import ContextWindowExceeded, ModelAuthenticationError, ModelProviderError
 from ..messages import Usage
@@ -63,12 +65,15 @@ from .base import (
     UserTurn,
 )
 
-try:
-    import openai as _openai
-except ImportError as _e:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "OpenAIChatModel needs the official openai client: pip install 'we0nb[openai]'"
-    ) from _e
+_openai: Any = None
+
+
+def _sdk() -> Any:
+    """The official openai package, imported on first use (a clear error without the extra)."""
+    global _openai
+    if _openai is None:
+        _openai = require("openai", "OpenAIChatModel", "openai")
+    return _openai
 
 __all__ = ["OpenAIChatModel", "to_openai_messages", "to_openai_tools", "is_context_length_error"]
 
@@ -276,7 +281,8 @@ def is_context_length_error(exc: BaseException) -> bool:
     """Whether a provider error says the request is larger than the context window."""
     if isinstance(exc, ContextWindowExceeded):
         return True
-    if not isinstance(exc, _openai.APIError) or isinstance(exc, _openai.APIConnectionError):
+    sdk = sys.modules.get("openai")
+    if sdk is None or not isinstance(exc, sdk.APIError) or isinstance(exc, sdk.APIConnectionError):
         return False
     status = getattr(exc, "status_code", None)
     if status is not None and status not in (400, 413, 422, 500):
@@ -340,6 +346,7 @@ class OpenAIChatModel(Model):
                  retry_max_delay: float = 8.0, max_retry_after: float = 60.0, timeout: Optional[float] = None,
                  stream_usage: bool = True, send_reasoning: bool = False, client: Any = None,
                  model_id: Optional[str] = None, **options: Any):
+        _sdk()  # the client is an extra: a clear one-line error here rather than at the first step
         if not isinstance(model, str) or not model:
             raise TypeError("OpenAIChatModel(model): expected the model name as a non-empty string, e.g. 'gpt-4o-mini'.")
         if context_window is not None and (not isinstance(context_window, int) or context_window <= 0):
@@ -397,7 +404,7 @@ class OpenAIChatModel(Model):
                 kwargs["base_url"] = self.base_url
             if self.timeout is not None:
                 kwargs["timeout"] = self.timeout
-            self._client = _openai.AsyncOpenAI(**kwargs)
+            self._client = _sdk().AsyncOpenAI(**kwargs)
             self._client_loop = loop
         return self._client
 
@@ -439,7 +446,7 @@ class OpenAIChatModel(Model):
         if isinstance(exc, json.JSONDecodeError):
             return ModelProviderError(
                 f"{where} sent a malformed stream chunk (not JSON: {exc.doc[:200]!r})", retryable=True)
-        if not isinstance(exc, _openai.APIError):
+        if not isinstance(exc, _sdk().APIError):
             return exc
         text = _error_text(exc)
         status = getattr(exc, "status_code", None)
@@ -447,15 +454,15 @@ class OpenAIChatModel(Model):
             return ContextWindowExceeded(
                 f"The request is larger than the context window of {self.model!r} "
                 f"({where[0].lower()}{where[1:]} said: {text})", status_code=status)
-        if isinstance(exc, _openai.AuthenticationError):
+        if isinstance(exc, _sdk().AuthenticationError):
             return ModelAuthenticationError(
                 f"{where} refused the API key (HTTP 401: {text}); pass a valid api_key=... to "
                 "OpenAIChatModel or set OPENAI_API_KEY", status_code=401)
-        if isinstance(exc, _openai.PermissionDeniedError):
+        if isinstance(exc, _sdk().PermissionDeniedError):
             return ModelAuthenticationError(
                 f"{where} denied access (HTTP 403: {text}); check that this API key may use model "
                 f"{self.model!r}", status_code=403)
-        if isinstance(exc, _openai.APIConnectionError):
+        if isinstance(exc, _sdk().APIConnectionError):
             low = where[0].lower() + where[1:]
             cause = exc.__cause__
             detail = f"{type(cause).__name__}: {cause}" if cause is not None and str(cause) else text
@@ -472,7 +479,7 @@ class OpenAIChatModel(Model):
         """Seconds to wait before trying again, or None when ``exc`` is not worth retrying."""
         if attempt >= self.max_retries:
             return None
-        if isinstance(exc, _openai.APIStatusError):
+        if isinstance(exc, _sdk().APIStatusError):
             status = exc.status_code
             if not (status in _RETRY_STATUS or status >= 500) or is_context_length_error(exc):
                 return None
@@ -484,7 +491,7 @@ class OpenAIChatModel(Model):
             after = _retry_after(exc.response.headers)
             if after is not None:
                 return after if after <= self.max_retry_after else None
-        elif not isinstance(exc, _openai.APIConnectionError):
+        elif not isinstance(exc, _sdk().APIConnectionError):
             return None
         backoff = min(self.retry_base_delay * (2 ** attempt), self.retry_max_delay)
         return backoff * (1 - 0.25 * random.random())
