@@ -102,3 +102,79 @@ async def _scenario(policies, script, abort_at, abort_in_tool, prompt_after):
             if p.id in unfinished and not p.state.metadata.get("recalled"):
                 assert p.state.metadata.get("interrupted") is True
     assert_paired(model.requests)
+
+
+# --------------------------------------------------------------------------- with approvals
+
+approval_policy = st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans())  # + requires approval
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(policies=st.lists(approval_policy, min_size=4, max_size=4), script=scripts,
+       aborts=st.lists(st.integers(0, 40), min_size=1, max_size=4), decisions=st.lists(st.booleans(), max_size=40))
+def test_approvals_with_any_decisions_and_aborts_are_safe(policies, script, aborts, decisions):
+    asyncio.run(_approval_scenario(policies, script, aborts, decisions))
+
+
+async def _approval_scenario(policies, script, aborts, decisions):
+    """Invariants: no side effect runs twice, no denied call ever runs, an approved call is never
+    silently dropped (it ran, or it is marked interrupted), every call ends final once all are decided."""
+    log: list = []
+    abort_in = {"event": asyncio.Event(), "calls": set()}
+    tools = []
+    for i, (se, bl, fa, ask) in enumerate(policies):
+        t = make_tool(f"t{i}", se, bl, fa, log, abort_in)
+        tools.append(tool(t.function, name=t.name, side_effects=se, blocks_on_error=bl, requires_approval=ask))
+    n, steps = 0, []
+    for step in script:
+        items = [text("plan ")]
+        for t in step:
+            items.append(tool_call(f"t{t}", {"n": n}))
+            n += 1
+        steps.append(items)
+    steps += [[text("final answer")]] * 12
+    model = ScriptedModel(steps)
+    agent = We0Agent(model, tools=tools, persistence=MemoryPersistence())
+    sid, choices = "ses_appr", iter(decisions)
+    approved, denied_calls = set(), set()
+    mode, result = "prompt", None
+    for round_ in range(30):
+        abort = asyncio.Event()
+        abort_at = aborts[round_] if round_ < len(aborts) else -1
+        kw = {"messages": [user_message("go")]} if mode == "prompt" else {}
+        try:
+            count = 0
+            async for ev in agent.stream(abort=abort, mode=mode, session_id=sid, **kw):
+                count += 1
+                if count == abort_at:
+                    abort.set()
+                if ev["type"] == "finish":
+                    result = ev["result"]
+        except asyncio.CancelledError:
+            result = None
+        mode = "resume"
+        if result is not None and result.result == "stop":
+            break
+        for part in await agent.pending_approvals(sid):
+            if next(choices, True):
+                await agent.approve(sid, part.call_id)
+                approved.add(part.state.input["n"])
+            else:
+                await agent.deny(sid, part.call_id, reason="no")
+                denied_calls.add(part.state.input["n"])
+    assert result is not None and result.result == "stop"
+    side_effects = {f"t{i}" for i, p in enumerate(policies) if p[0]}
+    runs: dict = {}
+    for name, call in log:
+        runs[(name, call)] = runs.get((name, call), 0) + 1
+    for (name, call), times in runs.items():
+        assert call not in denied_calls, f"denied call {call} ran"
+        if name in side_effects:
+            assert times == 1, f"{name} call {call} ran {times} times"
+    t = await agent.transcript(sid)
+    for m in t.messages:
+        for p in m.tool_parts:
+            assert p.state.status in ("completed", "error")
+            if p.state.input.get("n") in approved and (p.tool, p.state.input["n"]) not in runs:
+                assert p.interrupted, f"approved call {p.state.input} neither ran nor was interrupted"
+    assert_paired(model.requests)

@@ -32,6 +32,8 @@ __all__ = [
     "ToolStateError",
     "ToolState",
     "ToolPart",
+    "ToolApproval",
+    "ApprovalStatus",
     "StepStartPart",
     "StepFinishPart",
     "CompactionPart",
@@ -208,11 +210,39 @@ ToolState = Annotated[
 ]
 
 
+class ToolApproval(_Model):
+    """The approval record of a call whose tool requires a person's decision before it runs.
+
+    ``why`` says why it needs approval; ``decided`` is when a person approved or denied it;
+    ``reason`` is the reason given with a denial; ``input`` the arguments a person corrected
+    before approving, and ``original_input`` the model's own (they stay in the call's state
+    until it runs, then in its final state's ``metadata["original_input"]``).
+    """
+
+    requested: float
+    why: str = ""
+    decided: Optional[float] = None
+    reason: Optional[str] = None
+    input: Optional[dict[str, Any]] = None
+    original_input: Optional[dict[str, Any]] = None
+
+
+ApprovalStatus = Literal["requested", "approved", "denied"]
+
+
 class ToolPart(_PartBase):
     type: Literal["tool"] = "tool"
     call_id: str
     tool: str
     state: ToolState
+    #: None (no approval needed), "requested" (awaiting a decision), "approved" or "denied"
+    approval: Optional[ApprovalStatus] = None
+    approval_detail: Optional[ToolApproval] = None
+
+    @property
+    def awaiting_approval(self) -> bool:
+        """The call waits for a person to approve or deny it (it has not started)."""
+        return self.approval == "requested" and self.state.status == "pending"
 
     @property
     def finished(self) -> bool:
@@ -298,6 +328,11 @@ class MessageWithParts(_Displayable, BaseModel):
         return any(isinstance(p, ToolPart) and not p.finished for p in self.parts)
 
     @property
+    def awaiting_approval(self) -> list[ToolPart]:
+        """The calls of this message that wait for a person's decision, in call order."""
+        return [p for p in self.parts if isinstance(p, ToolPart) and p.awaiting_approval]
+
+    @property
     def is_summary(self) -> bool:
         """A compaction summary (what the model sees instead of the history before it)."""
         return self.info.role == "assistant" and self.info.summary  # type: ignore[union-attr]
@@ -309,13 +344,17 @@ def turn_pending(messages: "list[MessageWithParts]") -> bool:
     The single definition of "needs resume": the last message is a user message (not yet
     answered), or the last assistant message needs recovery, or it ended with tool calls
     whose results the model has not seen (unless one of them returned the structured
-    output, or it is a compaction summary that closed a finished turn).
+    output, or it is a compaction summary that closed a finished turn). A turn whose calls
+    await a person's approval is not pending: it waits for the decision (see
+    :func:`awaiting_approval`); once every call is decided it is.
     """
     if not messages:
         return False
     last = messages[-1]
     if last.info.role == "user":
         return True
+    if last.awaiting_approval:
+        return False
     if last.unfinished:
         return True
     if last.is_summary:
@@ -329,6 +368,12 @@ class Transcript(_Displayable, BaseModel):
 
     session: Optional[Session] = None
     messages: list[MessageWithParts] = Field(default_factory=list)
+
+    @property
+    def pending_approvals(self) -> list[ToolPart]:
+        """The calls awaiting a person's decision (in the last assistant message), in call order."""
+        last = self.last_assistant
+        return last.awaiting_approval if last is not None else []
 
     @property
     def needs_resume(self) -> bool:

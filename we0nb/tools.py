@@ -26,12 +26,35 @@ __all__ = ["ToolDefinition", "AnyToolDefinition", "ToolPolicy", "tool", "ToolInp
 R = TypeVar("R")
 
 
+ApprovalRule = Union[bool, Callable[[dict[str, Any]], bool]]
+
+
 @dataclass(frozen=True)
 class ToolPolicy:
-    """How recovery may treat an unfinished call of a tool."""
+    """How the engine may treat a call of a tool.
+
+    ``side_effects``: an unfinished call is interrupted on resume, never replayed (read-only
+    tools say False and are recalled). ``blocks_on_error``: an error stops the later calls of
+    the step. ``requires_approval``: True, or a function of the call's input (the arguments
+    as a dict) returning True when a person must approve the call before it runs.
+    """
 
     side_effects: bool = True
     blocks_on_error: bool = False
+    requires_approval: ApprovalRule = False
+
+    def approval_reason(self, tool_name: str, input: dict[str, Any]) -> Optional[str]:
+        """Why a call with ``input`` needs a person's approval, or None when it does not."""
+        rule = self.requires_approval
+        if rule is True:
+            return f"{tool_name} requires approval for every call"
+        if rule is False or rule is None:
+            return None
+        try:
+            needed = rule(dict(input))
+        except Exception as e:  # a rule that fails asks rather than lets the call through
+            return f"{tool_name}'s requires_approval rule failed ({type(e).__name__}: {e}), so a person decides"
+        return f"{tool_name}'s requires_approval rule matched these arguments" if needed else None
 
 
 class ToolInputError(ValueError):
@@ -141,23 +164,30 @@ def _description(fn: Callable[..., Any]) -> str:
 
 @overload
 def tool(fn: Callable[..., Any], /, *, name: Optional[str] = None, description: Optional[str] = None,
-         side_effects: bool = True, blocks_on_error: bool = False) -> AnyToolDefinition: ...
+         side_effects: bool = True, blocks_on_error: bool = False,
+         requires_approval: ApprovalRule = False) -> AnyToolDefinition: ...
 
 
 @overload
 def tool(fn: None = None, /, *, name: Optional[str] = None, description: Optional[str] = None,
-         side_effects: bool = True, blocks_on_error: bool = False
+         side_effects: bool = True, blocks_on_error: bool = False, requires_approval: ApprovalRule = False
          ) -> Callable[[Callable[..., Any]], AnyToolDefinition]: ...
 
 
-def tool(fn=None, /, *, name=None, description=None, side_effects=True, blocks_on_error=False):
+def tool(fn=None, /, *, name=None, description=None, side_effects=True, blocks_on_error=False,
+         requires_approval=False):
     """Turn a sync or async function into a tool definition.
 
     ``@tool``, ``@tool(side_effects=False)`` and ``tool(fn, ...)`` all work. The input
     schema comes from the type hints; the docstring is the description.
+    ``requires_approval``: True, or a function of the call's input dict returning True, when
+    a person must approve a call before it runs (see ``We0Agent.approve``).
     """
     if not isinstance(side_effects, bool) or not isinstance(blocks_on_error, bool):
         raise TypeError("tool(): side_effects and blocks_on_error must be True or False.")
+    if not isinstance(requires_approval, bool) and not callable(requires_approval):
+        raise TypeError("tool(): requires_approval must be True, False, or a function of the call's input "
+                        "(a dict) returning True when a person must approve the call.")
 
     def build(f: Callable[..., Any]) -> AnyToolDefinition:
         if isinstance(f, ToolDefinition):
@@ -173,7 +203,8 @@ def tool(fn=None, /, *, name=None, description=None, side_effects=True, blocks_o
             function=f,
             input_model=_input_model(f, tool_name),
             description=description if description is not None else _description(target),
-            policy=ToolPolicy(side_effects=side_effects, blocks_on_error=blocks_on_error),
+            policy=ToolPolicy(side_effects=side_effects, blocks_on_error=blocks_on_error,
+                              requires_approval=requires_approval),
             is_async=inspect.iscoroutinefunction(target),
         )
 

@@ -7,11 +7,12 @@ from typing import Any, AsyncIterator, Optional, Sequence
 
 from pydantic import TypeAdapter
 
-from ..messages import Session, Transcript
+from ..messages import Session, ToolPart, Transcript
 from ..models.base import Model, ToolSchema
 from ..persistence.base import Persistence
 from ..persistence.memory import MemoryPersistence
 from ..tools import AnyToolDefinition, ToolDefinition, tool as make_tool
+from . import approval as _approval
 from . import revert as _revert
 from .run import Run
 from .request import RunRequest, RunResult, UserInput, build_request, check_session_id
@@ -138,6 +139,31 @@ class We0Agent:
         """
         check_session_id(session_id)
         return _revert.mark_transcript(await self.persistence.load_transcript(session_id), include_reverted)
+
+    # ------------------------------------------------------------------ approvals
+
+    async def pending_approvals(self, session_id: str) -> list[ToolPart]:
+        """The calls of ``session_id`` that await a person's decision, in call order."""
+        return await _approval.pending_approvals(self.persistence, session_id)
+
+    async def approve(self, session_id: str, call_id: str, input: Optional[dict[str, Any]] = None) -> ToolPart:
+        """Approve an awaiting call (durable when this returns); ``mode="resume"`` then runs it.
+
+        ``input``: corrected arguments, validated against the tool's schema at once (ValueError,
+        and no decision recorded, when invalid); the model's own are kept. Raises
+        SessionBusyError while a run holds the session, ValueError for an unknown call or one
+        not awaiting approval (deciding twice: the first decision stands).
+        """
+        return await _approval.decide(self.persistence, self.tools_by_name, session_id, call_id,
+                                      approve=True, input=input)
+
+    async def deny(self, session_id: str, call_id: str, reason: Optional[str] = None) -> ToolPart:
+        """Deny an awaiting call (durable when this returns): it never runs; the model is told,
+        with ``reason``, on ``mode="resume"``. Errors as for :meth:`approve`."""
+        return await _approval.decide(self.persistence, self.tools_by_name, session_id, call_id,
+                                      approve=False, reason=reason)
+
+    # ------------------------------------------------------------------ revert
 
     async def revert(self, session_id: str, message_id: str) -> Session:
         """Hide ``message_id`` and every later message (from the model and the transcript).

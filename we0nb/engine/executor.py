@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .output import OutputChecker
     from .state import RunState
 
-__all__ = ["ToolExecutor", "interrupted", "INTERRUPT_TEXT"]
+__all__ = ["ToolExecutor", "interrupted", "denied", "INTERRUPT_TEXT"]
 
 INTERRUPT_TEXT = {
     "resume": "Interrupted during recovery: this call never finished and was not run again "
@@ -42,6 +42,19 @@ def interrupted(state: Any, reason: str) -> ToolStateError:
     )
 
 
+def denied(part: ToolPart) -> ToolStateError:
+    """The final state of a call a person denied: it never ran; the model is told why."""
+    detail = part.approval_detail
+    reason = detail.reason if detail is not None else None
+    said = f": {reason}" if reason else ""
+    return ToolStateError(
+        input=part.state.input,
+        error=f"Denied by a person{said}. The call was not executed.",
+        metadata={"denied": True, "reason": reason},
+        time=ToolTime(start=None, end=now()),
+    )
+
+
 def _snapshot(part: ToolPart) -> ToolPart:
     return part.model_copy()  # states are replaced, never mutated: a shallow copy is faithful
 
@@ -52,16 +65,24 @@ class ToolExecutor:
     def __init__(self, state: "RunState", output: "OutputChecker") -> None:
         self.state = state
         self.output = output
+        #: the calls that wait for a person's decision (the run then ends "approval")
+        self.awaiting: list[ToolPart] = []
 
     async def run_step(self, calls: list[ToolPart]) -> AsyncIterator[dict[str, Any]]:
         """The calls of a finished model stream, in order. The last call's end state is left
-        to the step's end, which the run writes right after (one commit fewer)."""
+        to the step's end, which the run writes right after (one commit fewer). A call that
+        awaits approval, and every call after it, stays pending (order is kept)."""
         state = self.state
-        blocked = False
+        blocked = waiting = False
         last_index = len(calls) - 1
         for i, tp in enumerate(calls):
             state.scope.check()
             last = i == last_index
+            if not blocked and (waiting or tp.awaiting_approval):
+                waiting = True
+                if tp.awaiting_approval:
+                    self.awaiting.append(tp)
+                continue
             if blocked:
                 tp.state = interrupted(tp.state, "blocked")
                 if last:
@@ -85,6 +106,13 @@ class ToolExecutor:
         state = self.state
         raw = tp.state.raw if isinstance(tp.state, ToolStatePending) else None
         meta: dict[str, Any] = {"recalled": True} if recalled else {}
+        detail = tp.approval_detail if tp.approval == "approved" else None
+        if detail is not None and detail.input is not None:
+            # a person corrected the arguments: those run, the model's own are kept
+            meta["original_input"] = detail.original_input
+            if isinstance(tp.state, ToolStatePending):
+                tp.state = ToolStatePending(input=detail.input)
+                raw = None
         definition = state.agent.tools_by_name.get(tp.tool)
         if self.output.is_output_call(tp.tool):
             self.output.validate(tp, raw, meta)

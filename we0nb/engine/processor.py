@@ -31,6 +31,7 @@ from ..messages import (
     PartTime,
     ReasoningPart,
     TextPart,
+    ToolApproval,
     ToolPart,
     ToolStatePending,
 )
@@ -128,7 +129,12 @@ class StepProcessor:
         cls = type(ev)
         if cls is ToolCallEvent:
             out = await self._close_open()
-            out.append({"type": "tool", "part": self._tool_call(ev).model_copy()})
+            tp = self._tool_call(ev)
+            out.append({"type": "tool", "part": tp.model_copy()})
+            if tp.approval == "requested":
+                # durability point: the request is stored before anything else happens
+                await self.state.writer.write(None, tp)
+                out.append({"type": "approval-request", "part": tp.model_copy()})
             return out
         if cls is FinishEvent:
             self.finish = ev
@@ -165,8 +171,13 @@ class StepProcessor:
         if call_id in self._call_ids:  # a repeated id would pair results with the wrong call
             call_id = f"{call_id}~{len(self._call_ids)}"
         self._call_ids.add(call_id)
+        name = clean(ev.name)
         tp = ToolPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
-                      call_id=call_id, tool=clean(ev.name), state=ToolStatePending(input=inp, raw=raw))
+                      call_id=call_id, tool=name, state=ToolStatePending(input=inp, raw=raw))
+        why = state.approval_reason(name, inp)
+        if why is not None:
+            tp.approval = "requested"
+            tp.approval_detail = ToolApproval(requested=now(), why=why)
         self.msg.parts.append(tp)
         state.writer.mark(tp)
         return tp

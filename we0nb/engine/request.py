@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional, Sequence
 
 from .._ids import new_id
 from .._text import clean
-from ..messages import Usage, _Displayable
+from ..messages import ToolPart, Usage, _Displayable
 
 __all__ = ["UserInput", "user_message", "RunRequest", "RunResult", "build_request", "check_session_id", "Mode",
            "MAX_SESSION_ID"]
@@ -72,9 +72,14 @@ class RunRequest(_Displayable):
 
 @dataclass
 class RunResult(_Displayable):
-    """How a run ended. ``result`` is ``"stop"`` or ``"compact"``."""
+    """How a run ended.
 
-    result: Literal["stop", "compact"]
+    ``result``: ``"stop"`` (the turn is over), ``"compact"`` (the history was summarised;
+    resume continues) or ``"approval"`` (calls wait for a person's decision: they are in
+    ``approvals``, in call order; approve or deny them, then resume).
+    """
+
+    result: Literal["stop", "compact", "approval"]
     session_id: str
     text: str = ""
     output: Any = None
@@ -82,6 +87,7 @@ class RunResult(_Displayable):
     steps: int = 0
     usage: Usage = field(default_factory=Usage)
     run_id: str = ""
+    approvals: list[ToolPart] = field(default_factory=list)
 
 
 def build_request(*, abort: Optional[asyncio.Event] = None, mode: str = "prompt",

@@ -37,7 +37,7 @@ from ..messages import (
 )
 from .abort import Aborted, AbortScope
 from .compaction import Compactor
-from .executor import ToolExecutor, interrupted
+from .executor import ToolExecutor, denied, interrupted
 from .history import HistoryCache
 from .output import OutputChecker
 from .processor import StepProcessor
@@ -129,6 +129,10 @@ class Run:
                 async for ev in self._recover("resume", executor):
                     recovered = True
                     yield ev
+            if executor.awaiting:  # a person decides first: no model call until then
+                for ev in await writer.commit_end():
+                    yield ev
+                break
             if not self._needs_step(recovered, output):
                 for ev in await writer.commit_end():
                     yield ev
@@ -143,7 +147,10 @@ class Run:
             except ModelError as exc:
                 if not await compactor.on_model_error(exc):  # a context overflow compacts
                     raise
-            if state.has_output:
+            if state.has_output or executor.awaiting:
+                if executor.awaiting:
+                    for ev in await writer.commit_end():
+                        yield ev
                 break
             try:
                 due = compactor.due()
@@ -158,14 +165,15 @@ class Run:
                     yield ev
                 break
         await self._touch_session(session)
-        self.result = self._result(compactor.compacted)
+        self.result = self._result(compactor.compacted, executor.awaiting)
         yield {"type": "finish", "result": self.result}
 
-    def _result(self, compacted: bool) -> RunResult:
+    def _result(self, compacted: bool, awaiting: list[ToolPart]) -> RunResult:
         state = self.state
         last = next((m for m in reversed(state.messages) if m.info.role == "assistant" and not m.is_summary), None)
         return RunResult(
-            result="compact" if compacted else "stop",
+            result="approval" if awaiting else "compact" if compacted else "stop",
+            approvals=[p.model_copy() for p in awaiting],
             session_id=self.req.session_id,
             text=last.text if last else "",
             output=state.output if self.structured else None,
@@ -234,28 +242,20 @@ class Run:
     async def _recover(self, mode: str, executor: ToolExecutor) -> AsyncIterator[dict[str, Any]]:
         """Apply the recovery plan to the last assistant message (see :mod:`.recovery`)."""
         state = self.state
+        executor.awaiting = []
         last = state.last_assistant()
         if last is None or not last.unfinished:
             return
         plan = plan_recovery(last.info, last.parts, state.policies(), mode)  # type: ignore[arg-type]
         by_id = {p.id: p for p in last.parts}
-        for i, action in enumerate(plan.tool_actions):
-            action = plan.tool_actions[i]  # (the plan may change as recalls end)
+        for i in range(len(plan.tool_actions)):
+            action = plan.tool_actions[i]  # (read each time: a blocking error changes the plan)
             part = by_id[action.part_id]
             assert isinstance(part, ToolPart)
-            if action.action == "keep":
-                yield {"type": "recovery", "action": "keep", "part": part.model_copy()}
-            elif action.action == "interrupt":
-                part.state = interrupted(part.state, action.reason or mode)
-                await state.writer.write(None, part)
-                yield {"type": "recovery", "action": "interrupt", "part": part.model_copy()}
-                yield {"type": "tool", "part": part.model_copy()}
-            else:
-                yield {"type": "recovery", "action": "recall", "part": part.model_copy()}
-                async for ev in executor.execute(part, recalled=True):
-                    yield ev
-                if part.state.status == "error" and state.blocks(part.tool):
-                    plan = block_after(plan, i)
+            async for ev in self._apply(action.action, action.reason or mode, part, executor):
+                yield ev
+            if action.action in ("recall", "execute") and part.state.status == "error" and state.blocks(part.tool):
+                plan = block_after(plan, i)
         if plan.close_message:
             info = last.info
             assert isinstance(info, AssistantMessage)
@@ -266,6 +266,22 @@ class Run:
             await state.writer.write(info, final=last)
             yield {"type": "recovery", "action": "close", "message": info.model_copy()}
         state.history.invalidate()
+
+    async def _apply(self, action: str, reason: str, part: ToolPart,
+                     executor: ToolExecutor) -> AsyncIterator[dict[str, Any]]:
+        """One row of the plan: keep, await, interrupt, deny, recall or execute the call."""
+        writer = self.state.writer
+        yield {"type": "recovery", "action": action, "part": part.model_copy()}
+        if action == "await":
+            if part.awaiting_approval:
+                executor.awaiting.append(part)
+        elif action in ("interrupt", "deny"):
+            part.state = interrupted(part.state, reason) if action == "interrupt" else denied(part)
+            await writer.write(None, part)
+            yield {"type": "tool", "part": part.model_copy()}
+        elif action in ("recall", "execute"):
+            async for ev in executor.execute(part, recalled=action == "recall"):
+                yield ev
 
     def _needs_step(self, recovered: bool, output: OutputChecker) -> bool:
         """Whether the turn goes on with a model step (the transcript's own rule, see turn_pending)."""

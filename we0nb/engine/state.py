@@ -72,6 +72,11 @@ class RunState:
             pol[agent.output_tool_name] = ToolPolicy(side_effects=False)
         return pol
 
+    def approval_reason(self, tool_name: str, input: dict[str, Any]) -> Optional[str]:
+        """Why a call needs a person's approval before it runs (None: it does not)."""
+        t = self.agent.tools_by_name.get(tool_name)
+        return t.policy.approval_reason(tool_name, input) if t is not None else None
+
     def blocks(self, tool_name: str) -> bool:
         t = self.agent.tools_by_name.get(tool_name)
         return bool(t and t.policy.blocks_on_error)
