@@ -16,7 +16,13 @@ Kill points (``--kill-at``):
   inside_tool      act(n=1)'s body has appended its log line and is still running
   after_completion act(n=1) is committed as completed
   between_steps    step 1's assistant message is committed as completed; step 2 not started
+  request_written  (--approval) act(n=1) is committed pending, awaiting approval
+  after_decision   (--mode approve) every awaiting call is approved: approve() has returned
   none             run to the end
+
+With ``--approval`` the ``act`` tool requires a person's approval; ``--mode approve`` approves
+every awaiting call (what a person clicking Approve does) and prints ``RESULT`` with
+``"result": "decided"``.
 
 Output lines: ``POINT <name>``, ``BUSY <owner>`` (exit code 3), ``RESULT <json>``.
 
@@ -37,7 +43,8 @@ from typing import Any, AsyncIterator
 from we0nb import AssistantMessage, SessionBusyError, SqlPersistence, ToolPart, We0Agent, tool, user_message
 from we0nb.models.base import AssistantTurn, FinishEvent, Model, ModelRequest, TextDelta, ToolCallEvent
 
-POINTS = ("mid_stream", "before_body", "inside_tool", "after_completion", "between_steps", "none")
+POINTS = ("mid_stream", "before_body", "inside_tool", "after_completion", "between_steps", "request_written",
+          "after_decision", "none")
 
 
 async def hang(point: str) -> None:
@@ -89,6 +96,8 @@ def make_persistence(w: Worker) -> SqlPersistence:
         # the points are announced right after the commit that makes them durable
         async def _after_part(self, part: Any) -> None:
             if isinstance(part, ToolPart) and part.state.input.get("n") == 1:
+                if part.awaiting_approval and w.arm("request_written"):
+                    await hang("request_written")
                 if part.state.status == "running" and w.arm("before_body"):
                     await hang("before_body")
                 if part.state.status == "completed" and w.arm("after_completion"):
@@ -114,7 +123,7 @@ def make_persistence(w: Worker) -> SqlPersistence:
 
 
 def make_tool(w: Worker):
-    @tool(side_effects=w.args.policy == "effects")
+    @tool(side_effects=w.args.policy == "effects", requires_approval=w.args.approval)
     async def act(n: int) -> str:
         """Do step n (appends to the side-effect log)."""
         with open(w.args.log, "a") as f:
@@ -135,6 +144,15 @@ async def main(args: argparse.Namespace) -> int:
         if args.mode == "prompt":
             result = await agent.invoke(mode="prompt", session_id=args.session,
                                         messages=[user_message("Please do both steps.")])
+        elif args.mode == "approve":
+            decided = [await agent.approve(args.session, p.call_id)
+                       for p in await agent.pending_approvals(args.session)]
+            if w.arm("after_decision"):
+                await hang("after_decision")
+            print("RESULT " + json.dumps({"result": "decided", "calls": len(decided), "pid": os.getpid()}),
+                  flush=True)
+            await agent.persistence.close()
+            return 0
         else:
             result = await agent.invoke(mode="resume", session_id=args.session)
     except SessionBusyError as e:
@@ -199,11 +217,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--url", required=True)
     ap.add_argument("--schema", default=None)
     ap.add_argument("--session", required=True)
-    ap.add_argument("--mode", choices=("prompt", "resume"), required=True)
+    ap.add_argument("--mode", choices=("prompt", "resume", "approve"), required=True)
     ap.add_argument("--log", required=True)
     ap.add_argument("--policy", choices=("effects", "pure"), required=True)
     ap.add_argument("--kill-at", choices=POINTS, default="none")
     ap.add_argument("--lease-ttl", type=float, default=600.0)
+    ap.add_argument("--approval", action="store_true", help="act requires a person's approval")
     return ap
 
 

@@ -128,16 +128,18 @@ def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zygote]:
         z.close()
 
 
-def start(z: Zygote, t: Target, session: str, mode: str, log: Path, policy: str, kill_at: str = "none") -> Worker:
+def start(z: Zygote, t: Target, session: str, mode: str, log: Path, policy: str, kill_at: str = "none",
+          approval: bool = False) -> Worker:
     argv = ["--url", t.url, "--session", session, "--mode", mode, "--log", str(log), "--policy", policy,
-            "--kill-at", kill_at]
+            "--kill-at", kill_at] + (["--approval"] if approval else [])
     if t.schema:
         argv += ["--schema", t.schema]
     return z.spawn(argv)
 
 
-def run_to_end(z: Zygote, t: Target, session: str, log: Path, policy: str) -> dict:
-    w = start(z, t, session, "resume", log, policy)
+def run_to_end(z: Zygote, t: Target, session: str, log: Path, policy: str, mode: str = "resume",
+               approval: bool = False) -> dict:
+    w = start(z, t, session, mode, log, policy, approval=approval)
     out = w.rest()
     code = w.wait()
     assert code == 0, f"resume failed ({code}):\n{out}\n{w.err.read_text()}"
@@ -279,4 +281,68 @@ def test_two_resumers_one_wins_and_a_killed_winner_is_taken_over_at_once(zygote:
     tr = load(target, session)
     assert_all_final(tr)
     assert len([e for e in effects(log) if e["n"] == 1]) == 1
+    assert_lease_free(target, session)
+
+
+# --------------------------------------------------------------------------- approvals (issue 11)
+
+APPROVAL_POINTS = ["request_written", "after_decision", "before_body", "inside_tool"]
+# how many times act(n=1)'s body ran in total: a decision is never lost, an approved call that
+# never reached running is executed (once), one that did is treated as the seed says
+EXPECTED_APPROVED_N1 = {
+    ("request_written", "effects"): 1, ("request_written", "pure"): 1,
+    ("after_decision", "effects"): 1, ("after_decision", "pure"): 1,
+    ("before_body", "effects"): 0, ("before_body", "pure"): 1,
+    ("inside_tool", "effects"): 1, ("inside_tool", "pure"): 2,
+}
+
+
+def kill_at_point(z: Zygote, t: Target, session: str, mode: str, log: Path, policy: str, point: str) -> None:
+    w = start(z, t, session, mode, log, policy, kill_at=point, approval=True)
+    assert w.first_line() == f"POINT {point}"
+    w.kill()
+
+
+def approve_and_resume_until_done(z: Zygote, t: Target, session: str, log: Path, policy: str) -> dict:
+    for _ in range(4):
+        result = run_to_end(z, t, session, log, policy, approval=True)
+        if result["result"] != "approval":
+            return result
+        assert run_to_end(z, t, session, log, policy, mode="approve", approval=True)["calls"] >= 1
+    pytest.fail("the run kept asking for approval")
+
+
+@pytest.mark.parametrize("policy", ["effects", "pure"])
+@pytest.mark.parametrize("point", APPROVAL_POINTS)
+def test_kill_at_approval_durability_points(zygote: Zygote, target: Target, point: str, policy: str,
+                                            tmp_path: Path) -> None:
+    session = new_id("ses")
+    log = tmp_path / "effects.log"
+    if point == "request_written":
+        kill_at_point(zygote, target, session, "prompt", log, policy, point)
+        p1 = act_part(load(target, session), 1)
+        assert p1.awaiting_approval and effects(log) == []  # the request survived the crash
+        assert run_to_end(zygote, target, session, log, policy, approval=True)["result"] == "approval"
+    else:
+        assert run_to_end(zygote, target, session, log, policy, mode="prompt", approval=True)["result"] == "approval"
+        if point == "after_decision":  # the approving process dies right after approve() returned
+            kill_at_point(zygote, target, session, "approve", log, policy, point)
+            assert act_part(load(target, session), 1).approval == "approved"  # the decision was not lost
+        else:  # approved, then the resume dies with act(n=1) committed running
+            run_to_end(zygote, target, session, log, policy, mode="approve", approval=True)
+            kill_at_point(zygote, target, session, "resume", log, policy, point)
+    assert [e for e in effects(log) if e["n"] == 1] == effects(log)  # nothing of step 2 yet
+    result = approve_and_resume_until_done(zygote, target, session, log, policy)
+    assert result["result"] == "stop" and result["text"] == "All done."
+    n1 = [e for e in effects(log) if e["n"] == 1]
+    assert len(n1) == EXPECTED_APPROVED_N1[(point, policy)], effects(log)
+    assert len([e for e in effects(log) if e["n"] == 2]) == 1
+    tr = load(target, session)
+    assert_all_final(tr)
+    p1 = act_part(tr, 1)
+    assert p1.approval == "approved"
+    if point in ("before_body", "inside_tool") and policy == "effects":
+        assert p1.interrupted and p1.interrupt_reason == "resume"
+    else:
+        assert p1.state.status == "completed" and p1.recalled == (point in ("before_body", "inside_tool"))
     assert_lease_free(target, session)
