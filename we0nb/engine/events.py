@@ -9,7 +9,8 @@ type              keys
 ================  ==================================================================
 start             session_id, mode ("prompt"/"resume"), run_id
 user-message      message (UserMessage), text — prompt mode, once per written message
-recovery          action ("keep"/"recall"/"interrupt"), part (ToolPart) — resume, and
+recovery          action ("keep"/"recall"/"interrupt"/"execute"/"deny"/"await"), part
+                  (ToolPart) — resume, and
                   prompt-mode interrupts; action "close", message (AssistantMessage)
                   when an unfinished assistant message is closed
 step-start        step (1-based within the run), message (AssistantMessage, unfinished)
@@ -22,6 +23,8 @@ reasoning-end     part (ReasoningPart)
 tool              part (ToolPart) — every tool-state change: pending, running,
                   completed, error (interrupted ones carry metadata["interrupted"])
 step-finish       step, message (AssistantMessage, completed), finish_reason, usage
+approval-request  part (ToolPart awaiting a person's decision) — the run then ends with
+                  result "approval" (see We0Agent.approve / deny)
 compaction        part (CompactionPart), message (the summary AssistantMessage) — the
                   history was summarised; the run then ends with result "compact"
 finish            result (RunResult) — always the last event of a run that ended
@@ -32,7 +35,7 @@ An aborted run yields no final event: the iterator raises ``asyncio.CancelledErr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Union
+from typing import Literal, Union
 
 from typing_extensions import NotRequired, TypedDict
 
@@ -46,13 +49,12 @@ from ..messages import (
     UserMessage,
 )
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .request import RunResult
+from .request import RunResult
 
 __all__ = [
     "EVENT_TYPES", "Event", "StartEvent", "UserMessageEvent", "RecoveryEvent", "StepStartEvent",
     "TextStartEvent", "TextDeltaEvent", "TextEndEvent", "ReasoningStartEvent", "ReasoningDeltaEvent",
-    "ReasoningEndEvent", "ToolEvent", "StepFinishEvent", "CompactionEvent", "FinishEvent",
+    "ReasoningEndEvent", "ToolEvent", "StepFinishEvent", "ApprovalRequestEvent", "CompactionEvent", "FinishEvent",
 ]
 
 
@@ -71,7 +73,7 @@ class UserMessageEvent(TypedDict):
 
 class RecoveryEvent(TypedDict):
     type: Literal["recovery"]
-    action: Literal["keep", "recall", "interrupt", "close"]
+    action: Literal["keep", "recall", "interrupt", "execute", "deny", "await", "close"]
     part: NotRequired[ToolPart]
     message: NotRequired[AssistantMessage]
 
@@ -127,6 +129,11 @@ class StepFinishEvent(TypedDict):
     usage: Usage
 
 
+class ApprovalRequestEvent(TypedDict):
+    type: Literal["approval-request"]
+    part: ToolPart
+
+
 class CompactionEvent(TypedDict):
     type: Literal["compaction"]
     part: CompactionPart
@@ -135,16 +142,17 @@ class CompactionEvent(TypedDict):
 
 class FinishEvent(TypedDict):
     type: Literal["finish"]
-    result: "RunResult"
+    result: RunResult
 
 
 Event = Union[
     StartEvent, UserMessageEvent, RecoveryEvent, StepStartEvent, TextStartEvent, TextDeltaEvent,
     TextEndEvent, ReasoningStartEvent, ReasoningDeltaEvent, ReasoningEndEvent, ToolEvent,
-    StepFinishEvent, CompactionEvent, FinishEvent,
+    StepFinishEvent, ApprovalRequestEvent, CompactionEvent, FinishEvent,
 ]
 
 EVENT_TYPES = (
     "start", "user-message", "recovery", "step-start", "text-start", "text-delta", "text-end",
-    "reasoning-start", "reasoning-delta", "reasoning-end", "tool", "step-finish", "compaction", "finish",
+    "reasoning-start", "reasoning-delta", "reasoning-end", "tool", "step-finish", "approval-request", "compaction",
+    "finish",
 )
