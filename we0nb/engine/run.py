@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional
 
 from .._ids import now
 from .._text import clean
@@ -44,11 +44,8 @@ from .processor import StepProcessor
 from .recovery import block_after, plan_recovery
 from .request import RunRequest, RunResult
 from .revert import hidden_ids, visible_messages
-from .state import RunState
+from .state import AgentSettings, RunState
 from .writer import Writer
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .agent import We0Agent
 
 __all__ = ["Run"]
 
@@ -58,7 +55,7 @@ log = logging.getLogger("we0nb.engine")
 class Run:
     """One run of the loop for one validated :class:`RunRequest`."""
 
-    def __init__(self, agent: "We0Agent", request: RunRequest, *, structured: bool):
+    def __init__(self, agent: AgentSettings, request: RunRequest, *, structured: bool):
         self.agent = agent
         self.req = request
         self.p = agent.persistence

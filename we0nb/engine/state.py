@@ -7,26 +7,42 @@ object — the run's small interface — and never through each other's attribut
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Mapping, Optional, Protocol
 
-from .._ids import IdSequence
+from .._ids import IdSequence, now
 from ..messages import MessageTime, MessageWithParts, PartTime, TextPart, Usage, UserMessage
-from ..models.base import ModelRequest
-from ..tools import ToolPolicy
+from ..models.base import Model, ModelRequest, ToolSchema
+from ..persistence.base import Persistence
+from ..tools import AnyToolDefinition, ToolPolicy
 from .abort import AbortScope
 from .history import HistoryCache
 from .request import RunRequest
 from .writer import Writer
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .agent import We0Agent
+__all__ = ["RunState", "AgentSettings"]
 
-__all__ = ["RunState"]
+
+class AgentSettings(Protocol):
+    """What a run reads of its agent (``We0Agent`` is one): the run never imports the façade."""
+
+    model: Model
+    persistence: Persistence
+    tools_by_name: Mapping[str, AnyToolDefinition]
+    tool_schemas: tuple[ToolSchema, ...]
+    system_prompt: Optional[str]
+    output_type: Any
+    output_tool_name: str
+    output_adapter: Any
+    output_retries: int
+    max_steps: int
+    flush_interval: float
+    compaction_threshold: Optional[float]
+    compaction_prompt: Optional[str]
 
 
 @dataclass
 class RunState:
-    agent: "We0Agent"
+    agent: AgentSettings
     request: RunRequest
     writer: Writer
     scope: AbortScope
@@ -94,8 +110,6 @@ class RunState:
 
     def user_message(self, text: str, *, synthetic: bool = False) -> MessageWithParts:
         """A new user message (with its text part), not yet written."""
-        from .._ids import now
-
         t = now()
         sid = self.session_id
         info = UserMessage(id=self.ids("msg"), session_id=sid, time=MessageTime(created=t))
