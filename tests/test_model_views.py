@@ -326,5 +326,7 @@ async def _any_history(tmp: Path, script, abort_at, compact, resume_first) -> No
             except We0Error:
                 pass
         await _assert_views_exact(p, raw, "s")
-        await _assert_cold_start_equal(SqlPersistence(url), "s")
+        cold = SqlPersistence(url)
+        await _assert_cold_start_equal(cold, "s")
+        await cold.close()
     await p.close()

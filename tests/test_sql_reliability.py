@@ -299,7 +299,7 @@ async def test_an_unreachable_postgres_is_a_persistence_error() -> None:
     with pytest.raises(PersistenceError, match="Cannot reach"):
         await p.acquire_lease("ses_x", "run_x")
     with pytest.raises(PersistenceError, match="Cannot reach"):
-        p.sync_engine()
+        await asyncio.to_thread(p.sync_engine)
     await p.close()
 
 
