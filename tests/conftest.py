@@ -30,11 +30,14 @@ async def store(request, tmp_path):
 # loop's thread with a we0nb frame on the stack raises BlockingError — and is recorded, so a
 # BlockingError that we0nb code catches and swallows still fails the test.
 
-#: test modules that run under the guard (the others do not pass yet: see the note to the lead)
+#: test modules that run under the guard. Not yet: test_openai_model (the first stream imports
+#: openai/httpx on the loop, which reads package metadata from disk) and test_cli (the CLI
+#: stats the database path on the loop); the notebook layer's tests are the frames' work.
 GUARDED_MODULES = {
-    "test_sql_persistence",
-    "test_sql_reliability",
-    "test_model_views",
+    "test_sql_persistence", "test_sql_reliability", "test_model_views",
+    "test_engine_run", "test_engine_abort", "test_engine_resume", "test_engine_property", "test_step_commits",
+    "test_compaction", "test_revert", "test_recovery_plan", "test_crash_matrix", "test_messages", "test_tools",
+    "test_build_request",
 }
 
 #: deliberate blocking calls: (file, functions, the blockbuster functions they may call, why)
