@@ -211,13 +211,14 @@ class SqlPersistence(Persistence):
     async def load_transcript(self, session_id: str) -> Transcript:
         params = {"sid": session_id}
         queries = [("get_session", params), ("load_messages", params), ("load_parts", params)]
-        rows = None
         if self._inline is not None:
             with gc_paused():  # one synchronous section: fetch and build (see records.gc_paused)
                 rows = self._inline.fetch_now(queries)
-        if rows is None:
-            rows = [await self._db.fetchall(k, p) for k, p in queries]
-        srows, mrows, prows = rows
+                if rows is not None:  # (None: the database is locked; wait on the async path)
+                    return self._transcript(session_id, *rows)
+        return self._transcript(session_id, *[await self._db.fetchall(k, p) for k, p in queries])
+
+    def _transcript(self, session_id: str, srows: list[Any], mrows: list[Any], prows: list[Any]) -> Transcript:
         if not srows:
             return Transcript(session=None, messages=[])
         session = session_from_row(srows[0][0], srows[0][1], self._where)
