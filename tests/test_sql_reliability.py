@@ -63,6 +63,7 @@ async def _count(p: Any, sid: str) -> int:
 async def test_a_commit_under_a_lost_lease_raises_and_writes_nothing(sql: Backend) -> None:
     """Another host takes the lease over after it expired: the first run's next commit is refused."""
     p = sql.fresh()
+    p.lease_ttl, p.lease_renew = 600.0, 500.0  # no heartbeat renewal races the takeover below
     sid = new_id("ses")
     await p.upsert_session(_session(sid))
     lease = await p.acquire_lease(sid, "run_first")
@@ -110,17 +111,19 @@ async def test_the_heartbeat_marks_a_lease_lost_when_another_run_took_it(sql: Ba
     sid = new_id("ses")
     lease = await p.acquire_lease(sid, "run_first")
     assert sql.raw is not None
-    sql.raw(f"UPDATE we0_leases SET expires = 1, host = 'elsewhere.example' WHERE session_id = '{sid}'")
-    other = await sql.fresh().acquire_lease(sid, "run_second")
+    # what a run on another host does once the lease expired: one compare-and-swap of the row
+    other = "elsewhere.example:1:run_second"
+    sql.raw(f"UPDATE we0_leases SET owner = '{other}', host = 'elsewhere.example', pid = 1, "
+            f"run_id = 'run_second', expires = 1e12 WHERE session_id = '{sid}'")
     for _ in range(500):  # a bounded wait for the next renewals
         if lease.lost:
             break
         await asyncio.sleep(0.01)
-    assert lease.lost and lease.taken_by == other.owner
+    assert lease.lost and lease.taken_by == other
     with pytest.raises(LeaseLostError):
         lease.check()
     await lease.release()
-    await other.release()
+    assert sql.raw(f"SELECT owner FROM we0_leases WHERE session_id = '{sid}'") == [(other,)]
 
 
 async def test_memory_commit_under_a_lost_lease_is_refused_too() -> None:
