@@ -413,3 +413,14 @@ async def test_a_lock_held_past_busy_timeout_is_a_persistence_error(tmp_path: Pa
     assert isinstance(err.value.__cause__, sqlite3.OperationalError)
     await p.upsert_session(_session("ses_1"))  # free again
     await p.close()
+
+
+async def test_a_nul_in_a_session_id_is_a_persistence_error_on_postgres(sql: Backend) -> None:
+    """build_request refuses such ids up front; at the port, PostgreSQL's refusal is a clear error."""
+    p = sql.fresh()
+    if sql.name != "postgres":
+        assert await p.get_session("ses_" + NUL) is None
+        return
+    with pytest.raises(PersistenceError, match="NUL") as err:
+        await p.get_session("ses_" + NUL)
+    assert err.value.__cause__ is not None
