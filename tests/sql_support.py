@@ -127,9 +127,6 @@ def backend_for(name: str, tmp_path: Path) -> Iterator[Backend]:
         yield b
     finally:
         for p in b.made:
-            try:
-                asyncio.run(p.close())
-            except Exception:
-                pass
+            asyncio.run(p.close())
         if schema is not None:
             drop_schema(schema)

@@ -3,7 +3,7 @@
 The invariants: every non-NULL ``model_view`` equals the view made from the message's
 rows as they are now; a run that starts from ``load_recent`` sends the model exactly
 the history a run from the full transcript would; writing a part or the message again
-drops the view; databases of schema version 1 are upgraded and still load.
+drops the view; databases of schema versions 1 and 2 are upgraded and still load.
 """
 
 from __future__ import annotations
@@ -195,6 +195,7 @@ async def test_schema_version_1_is_upgraded_in_place_and_still_loads(db) -> None
         raw("DROP TRIGGER we0_parts_view_insert")
         raw("DROP TRIGGER we0_parts_view_update")
     raw("ALTER TABLE we0_messages DROP COLUMN model_view")
+    _as_version_2_session_ids(raw, name)
     raw("UPDATE we0_meta SET value = '1' WHERE key = 'schema_version'")
 
     q = make()
@@ -214,6 +215,50 @@ async def test_schema_version_1_is_upgraded_in_place_and_still_loads(db) -> None
     tr = await q.load_transcript("s")
     await q.upsert_part(tr.messages[-1].parts[-1])
     assert _views(raw, "s")[tr.messages[-1].info.id] is None
+    await _assert_long_session_ids_work(q, raw, name)
+    await q.close()
+
+
+_SESSION_ID_COLUMNS = [("we0_sessions", "id"), ("we0_messages", "session_id"), ("we0_parts", "session_id"),
+                       ("we0_leases", "session_id")]
+
+
+def _as_version_2_session_ids(raw, name: str) -> None:
+    """Session-id columns as versions 1 and 2 made them: varchar(64) (SQLite does not enforce lengths)."""
+    if name == "postgres":
+        for table, column in _SESSION_ID_COLUMNS:
+            raw(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE VARCHAR(64)")
+
+
+async def _assert_long_session_ids_work(p: SqlPersistence, raw, name: str) -> None:
+    if name == "postgres":
+        widths = raw("SELECT table_name, column_name, character_maximum_length FROM information_schema.columns "
+                     "WHERE table_schema = current_schema() AND (column_name = 'session_id' OR "
+                     "(table_name = 'we0_sessions' AND column_name = 'id'))")
+        assert sorted(widths) == sorted((t, c, S.SESSION_ID_MAX) for t, c in _SESSION_ID_COLUMNS)
+    long_id = "s" * S.SESSION_ID_MAX
+    agent = We0Agent(ScriptedModel([[text("long")]]), persistence=p)
+    await agent.invoke(mode="prompt", session_id=long_id, messages=[user_message("hi")])
+    assert len((await p.load_transcript(long_id)).messages) == 2
+
+
+async def test_schema_version_2_is_upgraded_in_place_and_takes_long_session_ids(db) -> None:
+    make, raw, name = db
+    p = make()
+    agent = We0Agent(ScriptedModel([[text("a")], [text("b")]]), persistence=p)
+    for q in ("1", "2"):
+        await agent.invoke(mode="prompt", session_id="s", messages=[user_message(q)])
+    await p.close()
+    _as_version_2_session_ids(raw, name)  # what version 2 wrote
+    raw("UPDATE we0_meta SET value = '2' WHERE key = 'schema_version'")
+
+    q = make()
+    assert [s.id for s in await q.list_sessions()] == ["s"]  # opens and upgrades
+    assert raw("SELECT value FROM we0_meta WHERE key = 'schema_version'") == [(str(S.SCHEMA_VERSION),)]
+    assert S.SCHEMA_VERSION == 3
+    assert len((await q.load_recent("s")).earlier) == 1  # the views of version 2 are still used
+    await _assert_long_session_ids_work(q, raw, name)
+    await q.close()
 
 
 # --------------------------------------------------------------------------- any history
@@ -281,5 +326,7 @@ async def _any_history(tmp: Path, script, abort_at, compact, resume_first) -> No
             except We0Error:
                 pass
         await _assert_views_exact(p, raw, "s")
-        await _assert_cold_start_equal(SqlPersistence(url), "s")
+        cold = SqlPersistence(url)
+        await _assert_cold_start_equal(cold, "s")
+        await cold.close()
     await p.close()

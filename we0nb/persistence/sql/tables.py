@@ -14,6 +14,12 @@ Column semantics (SqlPersistence fills them, the frames read them):
   written with its final write; a trigger on ``we0_parts`` and every rewrite of the message
   reset it to NULL, so a view never outlives the rows it was made from.
 * ordering — ids sort in creation order (see ``we0nb._ids``), so ``ORDER BY id`` is history.
+* strings — every flattened string column holds :func:`cut` of its field: a NUL character
+  becomes U+FFFD (PostgreSQL text cannot hold NUL) and a value longer than its column is
+  cut; ``data`` keeps the exact value. Ids are stored as they are (keys); session ids are at
+  most :data:`SESSION_ID_MAX` characters (schema version 3 widened the columns from 64).
+
+The DDL beyond these tables (triggers, upgrades of older versions) is in ``schema.py``.
 """
 
 from __future__ import annotations
@@ -22,12 +28,16 @@ from typing import Any, Optional
 
 from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text, text
 
-__all__ = ["SCHEMA_VERSION", "metadata", "meta", "sessions", "messages", "parts", "leases",
-           "cut", "message_columns", "part_columns", "triggers", "upgrade"]
+__all__ = ["SCHEMA_VERSION", "SESSION_ID_MAX", "metadata", "meta", "sessions", "messages", "parts", "leases",
+           "cut", "session_columns", "message_columns", "part_columns"]
 
 #: bump when the tables change; a database with a higher version is refused, an older one
-#: is upgraded in place (:func:`upgrade`)
-SCHEMA_VERSION = 2
+#: is upgraded in place (``schema.py``)
+SCHEMA_VERSION = 3
+
+#: the longest session id (characters). Every session-id column has this width (schema 3;
+#: PostgreSQL enforces it), and ``build_request`` refuses longer ids up front.
+SESSION_ID_MAX = 255
 
 metadata = MetaData()
 
@@ -41,7 +51,7 @@ meta = Table(
 sessions = Table(
     "we0_sessions",
     metadata,
-    Column("id", String(64), primary_key=True),
+    Column("id", String(SESSION_ID_MAX), primary_key=True),
     Column("title", Text, nullable=False, default=""),
     Column("created", Float, nullable=False),
     Column("updated", Float, nullable=False),
@@ -53,7 +63,7 @@ messages = Table(
     "we0_messages",
     metadata,
     Column("id", String(64), primary_key=True),
-    Column("session_id", String(64), nullable=False),
+    Column("session_id", String(SESSION_ID_MAX), nullable=False),
     Column("role", String(16), nullable=False),
     Column("created", Float, nullable=False),
     Column("completed", Float, nullable=True),
@@ -77,7 +87,7 @@ parts = Table(
     "we0_parts",
     metadata,
     Column("id", String(64), primary_key=True),
-    Column("session_id", String(64), nullable=False),
+    Column("session_id", String(SESSION_ID_MAX), nullable=False),
     Column("message_id", String(64), nullable=False),
     Column("type", String(16), nullable=False),
     Column("tool", String(128), nullable=True),
@@ -100,7 +110,7 @@ parts = Table(
 leases = Table(
     "we0_leases",
     metadata,
-    Column("session_id", String(64), primary_key=True),
+    Column("session_id", String(SESSION_ID_MAX), primary_key=True),
     Column("owner", String(256), nullable=False),
     Column("host", String(128), nullable=False),
     Column("pid", Integer, nullable=False),
@@ -109,59 +119,40 @@ leases = Table(
 )
 
 
-# --------------------------------------------------------------------------- DDL beyond the tables
-
-_STALE = "UPDATE we0_messages SET model_view = NULL WHERE id = NEW.message_id AND model_view IS NOT NULL"
-
-
-def triggers(dialect: str) -> list[str]:
-    """The statements that make a part write drop its message's model view."""
-    if dialect == "sqlite":
-        return [f"CREATE TRIGGER IF NOT EXISTS we0_parts_view_{op.lower()} AFTER {op} ON we0_parts "
-                f"BEGIN {_STALE}; END" for op in ("INSERT", "UPDATE")]
-    if dialect == "postgresql":
-        # the messages table of the trigger's own schema, whatever the writer's search_path
-        return [
-            "CREATE OR REPLACE FUNCTION we0_parts_view_stale() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            "EXECUTE 'UPDATE ' || quote_ident(TG_TABLE_SCHEMA) || '.we0_messages SET model_view = NULL "
-            "WHERE id = $1 AND model_view IS NOT NULL' USING NEW.message_id; RETURN NULL; END $$",
-            "DROP TRIGGER IF EXISTS we0_parts_view ON we0_parts",
-            "CREATE TRIGGER we0_parts_view AFTER INSERT OR UPDATE ON we0_parts "
-            "FOR EACH ROW EXECUTE FUNCTION we0_parts_view_stale()",
-        ]
-    return []
-
-
-def _create_index(index: Index, dialect: str) -> str:
-    from sqlalchemy.dialects import postgresql, sqlite
-    from sqlalchemy.schema import CreateIndex
-
-    d = sqlite.dialect() if dialect == "sqlite" else postgresql.dialect()
-    return str(CreateIndex(index).compile(dialect=d))
-
-
-def upgrade(version: int, dialect: str) -> list[str]:
-    """The statements that bring a database at schema ``version`` to :data:`SCHEMA_VERSION`."""
-    out: list[str] = []
-    if version < 2:  # 1 → 2: the model-view cache; the tool index made partial
-        out.append("ALTER TABLE we0_messages ADD COLUMN model_view TEXT")
-        out.extend(triggers(dialect))
-        out.append("DROP INDEX IF EXISTS ix_we0_parts_tool")
-        tool_index = next(i for i in parts.indexes if i.name == "ix_we0_parts_tool")
-        out.append(_create_index(tool_index, dialect))
-    return out
-
-
 # --------------------------------------------------------------------------- flattening
 # The one definition of the flattened columns: SqlPersistence writes them, and the
 # data-frame views apply them to in-memory transcripts, so both routes give one frame.
 
 
-def cut(s: Optional[str], n: int) -> Optional[str]:
-    """Fit a value to its column's length (PostgreSQL enforces them); ``data`` keeps it whole."""
-    if s is not None and len(s) > n:
+#: what a NUL character becomes in a flattened column (PostgreSQL text cannot hold NUL);
+#: the ``data`` JSON keeps the exact value (``\u0000``), so every object round-trips
+NUL_REPLACEMENT = "\ufffd"
+
+
+def cut(s: Optional[str], n: Optional[int] = None) -> Optional[str]:
+    """A string as its flattened column holds it: NUL → U+FFFD, at most ``n`` characters.
+
+    Every backend stores the same value (SQLite could keep a NUL, PostgreSQL cannot), and
+    the frames apply these functions to in-memory transcripts too: one frame everywhere.
+    """
+    if s is None:
+        return None
+    if "\x00" in s:
+        s = s.replace("\x00", NUL_REPLACEMENT)
+    if n is not None and len(s) > n:
         return s[:n]
     return s
+
+
+def session_columns(s: Any) -> dict[str, Any]:
+    """A session's flattened columns (all but ``data``)."""
+    return {
+        "id": s.id,
+        "title": cut(s.title),
+        "created": s.time.created,
+        "updated": s.time.updated,
+        "revert_message_id": s.revert.message_id if s.revert is not None else None,
+    }
 
 
 def message_columns(m: Any) -> dict[str, Any]:
@@ -174,7 +165,7 @@ def message_columns(m: Any) -> dict[str, Any]:
         "created": m.time.created,
         "completed": m.time.completed,
         "error_reason": cut(err.reason, 128) if err is not None else None,
-        "error_message": err.message if err is not None else None,
+        "error_message": cut(err.message) if err is not None else None,
     }
     if m.role == "assistant":
         u = m.usage  # type: ignore[union-attr]

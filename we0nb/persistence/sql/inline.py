@@ -1,0 +1,249 @@
+"""SQLite inline: one ``sqlite3`` connection, statements run on the calling thread.
+
+A WAL commit with ``synchronous=NORMAL`` takes ~20 µs — less than one hop to a driver
+thread — so running each statement right on the event loop's thread is both the fastest
+and the simplest path (a deliberate blocking call, allow-listed in the tests' guard). It
+holds no event-loop objects, so one instance works across successive ``asyncio.run()``.
+
+What must never block the loop is a *wait*: the connection's own busy timeout is zero,
+and a statement that finds another process's write lock is retried with an async backoff
+(:meth:`InlineSqlite._retry`) until the configured ``busy_timeout`` has passed. WAL
+checkpoints (the only fsyncs under NORMAL) run on a background thread every
+:attr:`~InlineSqlite.CHECKPOINT_EVERY` commits, and :meth:`~InlineSqlite.close` joins that
+thread and closes the connection (which checkpoints) off the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import threading
+import time
+from typing import Any, Callable, Optional, Sequence, TypeVar
+
+from ...errors import PersistenceError
+from .errors import is_busy, wrap
+from .schema import SqliteDb, ensure_schema
+from .statements import statements
+
+__all__ = ["InlineSqlite", "sqlite_pragmas", "Busy"]
+
+log = logging.getLogger("we0nb.persistence.sql")
+
+T = TypeVar("T")
+#: ``(statement key, params)`` or ``(statement key, [params, ...])`` (executemany)
+Op = tuple[str, Any]
+_SQL = statements("sqlite")
+
+
+class Busy(Exception):
+    """Another connection holds the write lock: try again later (never escapes this package)."""
+
+    def __init__(self, error: sqlite3.Error):
+        super().__init__(str(error))
+        self.error = error
+
+
+def sqlite_pragmas(dbapi_conn: Any, synchronous: str, busy_ms: int) -> None:
+    """WAL, ``synchronous`` and the busy timeout: the settings of every we0nb SQLite connection."""
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        try:
+            cur.execute("PRAGMA journal_mode = WAL")
+        except Exception:  # on purpose: a read-only database cannot switch; a write will say so clearly
+            pass
+        cur.execute(f"PRAGMA synchronous = {synchronous}")
+    finally:
+        cur.close()
+
+
+class InlineSqlite:
+    """The :class:`~.statements` run on one ``sqlite3`` connection (opened lazily)."""
+
+    #: commits between WAL checkpoints (a few thousand WAL pages: each checkpoint fsyncs)
+    CHECKPOINT_EVERY = 1000
+    #: the longest single async back-off sleep while the database is locked (seconds)
+    MAX_BACKOFF = 0.025
+
+    def __init__(self, database: str, uri: bool, synchronous: str, busy_timeout: float, where: str):
+        self.database, self.uri, self.where = database, uri, where
+        self.synchronous, self.busy_timeout = synchronous, busy_timeout
+        self.lock = threading.RLock()  # the checkpoint thread and close() use the connection too
+        self.conn: Optional[sqlite3.Connection] = None
+        self.wal = False
+        self.commits = 0
+        self.ckpt_wake = threading.Event()
+        self.ckpt_thread: Optional[threading.Thread] = None
+        self.ckpt_stop = False
+
+    # ------------------------------------------------------------------ the async interface
+
+    async def execute(self, key: str, params: dict[str, Any]) -> int:
+        """One statement, committed (autocommit); returns its row count."""
+        return await self._retry(self._execute, key, params)
+
+    async def fetchall(self, key: str, params: dict[str, Any]) -> list[Any]:
+        return await self._retry(self._fetchall, key, params)
+
+    async def transaction(self, ops: Sequence[Op], guard: Optional[Op] = None) -> bool:
+        """``ops`` in one transaction. ``guard``: a statement run first that must change one row,
+        else nothing is written and the result is False."""
+        return await self._retry(self._transaction, ops, guard)
+
+    def fetch_now(self, queries: Sequence[Op]) -> Optional[list[list[Any]]]:
+        """Several reads at once, synchronously; None when the database is locked (use the async path)."""
+        try:
+            return self._call(lambda conn: [conn.execute(_SQL[k], p).fetchall() for k, p in queries])
+        except Busy:
+            return None
+
+    async def close(self) -> None:
+        """Stop the checkpoint thread and close the connection, both off the event loop."""
+        if self.ckpt_thread is None and self.conn is None:
+            return
+        await asyncio.to_thread(self.close_now)
+
+    def close_now(self) -> None:
+        thread = self.ckpt_thread
+        if thread is not None:
+            self.ckpt_stop = True
+            self.ckpt_wake.set()
+            thread.join(timeout=30)
+            self.ckpt_thread = None
+            self.ckpt_stop = False
+        with self.lock:
+            if self.conn is not None:
+                self.conn.close()  # the last connection checkpoints and removes the WAL
+                self.conn = None
+
+    # ------------------------------------------------------------------ running a statement
+
+    async def _retry(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(conn, *args)`` now; while the database is locked, again after an async sleep."""
+        try:
+            return self._call(fn, *args)
+        except Busy:
+            pass
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.0005
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                return self._call(fn, *args)
+            except Busy as b:
+                if time.monotonic() >= deadline:
+                    raise wrap(b.error, f"SQLite {self.where}") from b.error
+            delay = min(delay * 2, self.MAX_BACKOFF)
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """The one place inline statements run: on this thread, errors as PersistenceError or Busy."""
+        with self.lock:
+            try:
+                conn = self.conn or self._open()
+                return fn(conn, *args)
+            except sqlite3.Error as e:
+                if is_busy(e):
+                    raise Busy(e) from None
+                raise wrap(e, f"SQLite {self.where}") from e
+
+    def _execute(self, conn: sqlite3.Connection, key: str, params: dict[str, Any]) -> int:
+        n = conn.execute(_SQL[key], params).rowcount
+        self._committed()
+        return n
+
+    @staticmethod
+    def _fetchall(conn: sqlite3.Connection, key: str, params: dict[str, Any]) -> list[Any]:
+        return conn.execute(_SQL[key], params).fetchall()
+
+    def _transaction(self, conn: sqlite3.Connection, ops: Sequence[Op], guard: Optional[Op]) -> bool:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if guard is not None and conn.execute(_SQL[guard[0]], guard[1]).rowcount != 1:
+                conn.execute("ROLLBACK")
+                return False
+            for key, params in ops:
+                if isinstance(params, list):
+                    conn.executemany(_SQL[key], params)
+                else:
+                    conn.execute(_SQL[key], params)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._committed()
+        return True
+
+    # ------------------------------------------------------------------ opening
+
+    def _open(self) -> sqlite3.Connection:
+        if not self.uri and self.database not in ("", ":memory:"):
+            folder = os.path.dirname(os.path.abspath(self.database))
+            if not os.path.isdir(folder):
+                raise PersistenceError(
+                    f"Cannot open the SQLite database {self.where}: the folder {folder!r} does not exist."
+                )
+        try:
+            conn = sqlite3.connect(self.database, uri=self.uri, isolation_level=None,
+                                   check_same_thread=False, timeout=0)
+        except sqlite3.Error as e:
+            raise PersistenceError(f"Cannot open the SQLite database {self.where}: {e}.") from e
+        try:
+            sqlite_pragmas(conn, self.synchronous, 0)  # never wait on the loop: _retry waits
+            self.wal = conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+            if self.wal:
+                # checkpoints (which fsync) run on a background thread, not in a commit
+                conn.execute("PRAGMA wal_autocheckpoint = 0")
+            ensure_schema(SqliteDb(conn, self.where))
+            self._probe_writable(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self.conn = conn
+        self.commits = 0
+        return conn
+
+    @staticmethod
+    def _probe_writable(conn: sqlite3.Connection) -> None:
+        """Fail at open, not at the first write in the middle of a run, when the file is read-only."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(_SQL["write_probe"], {"key": "write_probe", "value": ""})
+        finally:
+            conn.execute("ROLLBACK")
+
+    # ------------------------------------------------------------------ WAL checkpoints off the loop
+
+    def _committed(self) -> None:
+        self.commits += 1
+        if self.commits >= self.CHECKPOINT_EVERY and self.wal:
+            self.commits = 0
+            if self.ckpt_thread is None or not self.ckpt_thread.is_alive():
+                self.ckpt_thread = threading.Thread(target=self._checkpointer, name="we0nb-sqlite-checkpoint",
+                                                    daemon=True)
+                self.ckpt_thread.start()
+            self.ckpt_wake.set()
+
+    def _checkpointer(self) -> None:
+        busy_ms = int(self.busy_timeout * 1000)  # this thread may wait: it is not the loop's
+        try:
+            conn = sqlite3.connect(self.database, uri=self.uri, isolation_level=None, check_same_thread=False,
+                                   timeout=self.busy_timeout)
+        except sqlite3.Error:  # pragma: no cover - the writer's connection opened just fine
+            return
+        try:
+            sqlite_pragmas(conn, self.synchronous, busy_ms)
+            while True:
+                self.ckpt_wake.wait()
+                self.ckpt_wake.clear()
+                if self.ckpt_stop:
+                    return
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except sqlite3.Error as e:  # busy or read-only: the next round tries again
+                    log.debug("WAL checkpoint skipped: %s", e)
+        finally:
+            conn.close()

@@ -1,0 +1,141 @@
+"""The session lease (``we0_leases``) across processes and hosts.
+
+Acquiring is an atomic insert-if-absent, or a compare-and-swap on the row that was seen
+(so two processes cannot both win); a lease whose owner is on this host with a PID that
+is no longer alive is taken over at once, any other only after it expires. A heartbeat
+task renews it every ``lease_renew`` seconds; when a renewal finds another owner, the
+lease is marked lost (:meth:`~we0nb.persistence.base.Lease.mark_lost`). Every conditional
+commit renews it too, in its own transaction (:func:`renewal`), so a run that lost its
+lease writes nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any, Optional
+
+from ...errors import PersistenceError, SessionBusyError
+from ..base import Lease, lease_owner
+from .inline import Op
+
+__all__ = ["acquire", "release", "renewal", "holder", "check", "pid_alive", "LIVE_OWNERS"]
+
+log = logging.getLogger("we0nb.persistence.sql")
+
+#: owners (host:pid:run) of the leases this process holds right now, whatever the instance
+LIVE_OWNERS: set[str] = set()
+
+
+def pid_alive(pid: int) -> bool:
+    """Is process ``pid`` alive on this host? (A zombie — killed, not yet reaped — is not.)"""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:  # pragma: no cover - unusual platforms: assume alive, the TTL decides
+        return True
+    try:
+        # procfs is served from kernel memory: this read never waits for a disk
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        if state in (b"Z", b"X"):
+            return False
+    except (OSError, IndexError):
+        pass
+    return True
+
+
+def renewal(store: Any, lease: Lease) -> Op:
+    """The statement that renews ``lease`` — and changes no row once another run holds it."""
+    return ("lease_renew", {"sid": lease.session_id, "holder": lease.owner, "expires": time.time() + store.lease_ttl})
+
+
+async def holder(store: Any, session_id: str) -> Optional[str]:
+    """Who holds the session's lease now (None: nobody)."""
+    rows = await store._db.fetchall("lease_get", {"sid": session_id})
+    return rows[0][0] if rows else None
+
+
+async def check(store: Any, lease: Lease) -> None:
+    lease.check()
+    now = await holder(store, lease.session_id)
+    if now != lease.owner:
+        raise lease.mark_lost(now)
+
+
+async def acquire(store: Any, session_id: str, run_id: str) -> Lease:
+    """Take the lease or raise :class:`~we0nb.SessionBusyError`; starts its heartbeat."""
+    db = store._db
+    owner = lease_owner(run_id)[:256]  # the column widths (PostgreSQL enforces them)
+    host, pid = store._host, os.getpid()
+    for _ in range(5):
+        new = {"session_id": session_id, "owner": owner, "host": host, "pid": pid, "run_id": run_id[:64],
+               "expires": time.time() + store.lease_ttl}
+        if await db.execute("lease_insert", new) == 1:
+            break
+        rows = await db.fetchall("lease_get", {"sid": session_id})
+        if not rows:
+            continue  # released in between: try the insert again
+        old_owner, old_host, old_pid, old_expires = rows[0]
+        dead = _owner_gone(old_owner, old_host, int(old_pid), host)
+        if not dead and old_expires >= time.time():
+            raise SessionBusyError(session_id, old_owner)
+        take = dict(new, sid=session_id, old_owner=old_owner, old_expires=old_expires)
+        if await db.execute("lease_take", take) == 1:
+            log.info("took over the lease of session %r from %s (%s)", session_id, old_owner,
+                     "its process is gone" if dead else "it expired")
+            break
+        # someone else changed the row first: look again
+    else:
+        raise SessionBusyError(session_id, None)
+    lease = Lease(session_id=session_id, run_id=run_id, owner=owner, persistence=store)
+    LIVE_OWNERS.add(owner)
+    store._heartbeats[(session_id, owner)] = asyncio.ensure_future(_heartbeat(store, lease))
+    return lease
+
+
+def _owner_gone(old_owner: str, old_host: str, old_pid: int, host: str) -> bool:
+    if old_host != host:
+        return False  # another machine: only the TTL can tell
+    if old_pid == os.getpid():
+        # this PID: a live run of this process, or a crashed process whose PID we reuse
+        # (common in containers after a restart)
+        return old_owner not in LIVE_OWNERS
+    return not pid_alive(old_pid)
+
+
+async def _heartbeat(store: Any, lease: Lease) -> None:
+    """Renew the lease every ``lease_renew`` seconds until released, or until another run has it."""
+    while True:
+        await asyncio.sleep(store.lease_renew)
+        key, params = renewal(store, lease)
+        try:
+            n = await store._db.execute(key, params)
+            if n == 0:
+                taken_by = await holder(store, lease.session_id)
+        except PersistenceError as e:  # a busy or unreachable database: try again at the next tick
+            log.warning("could not renew the lease of session %r: %s", lease.session_id, e)
+            continue
+        if n == 0:
+            lease.mark_lost(taken_by)
+            log.warning("the lease of session %r (%s) was taken over by %s", lease.session_id, lease.owner,
+                        taken_by or "nobody (it was released)")
+            return
+
+
+async def release(store: Any, lease: Lease) -> None:
+    LIVE_OWNERS.discard(lease.owner)
+    task = store._heartbeats.pop((lease.session_id, lease.owner), None)
+    if task is not None and not task.done():
+        try:
+            task.cancel()
+        except RuntimeError:  # its event loop is closed: the task is gone with it
+            pass
+    await store._db.execute("lease_release", {"sid": lease.session_id, "holder": lease.owner})

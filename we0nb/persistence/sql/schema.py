@@ -1,0 +1,198 @@
+"""The schema's one create/upgrade routine, used by every path to the database.
+
+:func:`ensure_schema` reads the version row of ``we0_meta``: the current version costs one
+read; none creates the tables (DDL compiled from :mod:`.tables`), an older one is upgraded
+in place, a newer one is refused with :class:`~we0nb.SchemaVersionError`. Creation and
+upgrades run under a write lock (SQLite ``BEGIN IMMEDIATE``; a PostgreSQL advisory lock)
+and look at the version again once they hold it, so processes opening one database at
+once never race. Two small adapters give the routine a connection: :class:`SqliteDb` (a
+``sqlite3`` connection: the inline path) and :class:`ConnectionDb` (a SQLAlchemy
+``Connection`` in a transaction: the async engine through ``run_sync``, and ``sync_engine()``).
+
+Versions: 1 the first tables; 2 the model-view cache (column, triggers) and a partial tool
+index; 3 session-id columns widened from 64 to :data:`~.tables.SESSION_ID_MAX` characters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+from typing import Any, Iterator, Optional, Protocol
+
+from sqlalchemy.schema import CreateIndex, CreateSchema, CreateTable
+
+from ...errors import PersistenceError, SchemaVersionError
+from . import tables as S
+from .statements import _dialect, statements
+
+__all__ = ["ensure_schema", "SqliteDb", "ConnectionDb", "check_version"]
+
+log = logging.getLogger("we0nb.persistence.sql")
+
+VERSION_KEY = "schema_version"
+#: the PostgreSQL advisory lock that serializes schema work ("we0nb" in ASCII)
+_PG_LOCK = 0x7765306E62
+
+
+class SchemaDb(Protocol):
+    dialect: str
+    where: str
+    pg_schema: Optional[str]
+
+    def rows(self, key: str, params: dict[str, Any]) -> list[Any]: ...
+
+    def run(self, sql: str) -> None: ...
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]: ...
+
+
+# --------------------------------------------------------------------------- the routine
+
+
+def ensure_schema(db: SchemaDb) -> None:
+    """Make the database hold the current schema, or raise why it cannot."""
+    if _version(db) == S.SCHEMA_VERSION:
+        return
+    with db.exclusive():
+        version = _version(db)  # again, under the lock: another process may have done it
+        if version is None:
+            _create(db)
+        elif version < S.SCHEMA_VERSION:
+            for sql in upgrade(version, db.dialect):
+                db.run(sql)
+            db.rows("version_update", {"key": VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
+            log.info("upgraded %s from we0nb schema version %s to %s", db.where, version, S.SCHEMA_VERSION)
+
+
+def _version(db: SchemaDb) -> Optional[int]:
+    if not db.rows("has_table", {"name": S.meta.name}):
+        return None
+    row = db.rows("version_get", {"key": VERSION_KEY})
+    return check_version(row[0][0], db.where) if row else None
+
+
+def check_version(value: Any, where: str) -> int:
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        raise PersistenceError(
+            f"The database {where} has an unreadable we0nb schema version {value!r} in table we0_meta; "
+            "it was not written by we0nb, or it is damaged."
+        ) from None
+    if v > S.SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"The database {where} was written by a newer we0nb (schema version {v}; this version "
+            f"reads schema version {S.SCHEMA_VERSION} and older). Upgrade we0nb (pip install -U we0nb) "
+            "or point SqlPersistence at another database."
+        )
+    return v
+
+
+def _create(db: SchemaDb) -> None:
+    d = _dialect(db.dialect)
+    if db.pg_schema is not None and db.dialect == "postgresql":
+        db.run(str(CreateSchema(db.pg_schema, if_not_exists=True).compile(dialect=d)))
+    for table in S.metadata.sorted_tables:
+        db.run(str(CreateTable(table, if_not_exists=True).compile(dialect=d)))
+        for index in table.indexes:
+            db.run(str(CreateIndex(index, if_not_exists=True).compile(dialect=d)))
+    for sql in triggers(db.dialect):
+        db.run(sql)
+    db.rows("version_set", {"key": VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
+
+
+# --------------------------------------------------------------------------- DDL beyond the tables
+
+_STALE = "UPDATE we0_messages SET model_view = NULL WHERE id = NEW.message_id AND model_view IS NOT NULL"
+
+
+def triggers(dialect: str) -> list[str]:
+    """The statements that make a part write drop its message's model view."""
+    if dialect == "sqlite":
+        return [f"CREATE TRIGGER IF NOT EXISTS we0_parts_view_{op.lower()} AFTER {op} ON we0_parts "
+                f"BEGIN {_STALE}; END" for op in ("INSERT", "UPDATE")]
+    # the messages table of the trigger's own schema, whatever the writer's search_path
+    return [
+        "CREATE OR REPLACE FUNCTION we0_parts_view_stale() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "EXECUTE 'UPDATE ' || quote_ident(TG_TABLE_SCHEMA) || '.we0_messages SET model_view = NULL "
+        "WHERE id = $1 AND model_view IS NOT NULL' USING NEW.message_id; RETURN NULL; END $$",
+        "DROP TRIGGER IF EXISTS we0_parts_view ON we0_parts",
+        "CREATE TRIGGER we0_parts_view AFTER INSERT OR UPDATE ON we0_parts "
+        "FOR EACH ROW EXECUTE FUNCTION we0_parts_view_stale()",
+    ]
+
+
+#: the columns schema 3 widened to SESSION_ID_MAX (PostgreSQL enforces lengths; SQLite does not)
+_SESSION_ID_COLUMNS = [(S.sessions, "id"), (S.messages, "session_id"), (S.parts, "session_id"),
+                       (S.leases, "session_id")]
+
+
+def upgrade(version: int, dialect: str) -> list[str]:
+    """The statements that bring a database at schema ``version`` to :data:`~.tables.SCHEMA_VERSION`."""
+    d = _dialect(dialect)
+    out: list[str] = []
+    if version < 2:  # 1 → 2: the model-view cache; the tool index made partial
+        out.append("ALTER TABLE we0_messages ADD COLUMN model_view TEXT")
+        out.extend(triggers(dialect))
+        out.append("DROP INDEX IF EXISTS ix_we0_parts_tool")
+        tool_index = next(i for i in S.parts.indexes if i.name == "ix_we0_parts_tool")
+        out.append(str(CreateIndex(tool_index).compile(dialect=d)))
+    if version < 3 and dialect == "postgresql":  # 2 → 3: session ids up to SESSION_ID_MAX characters
+        for table, name in _SESSION_ID_COLUMNS:
+            out.append(f"ALTER TABLE {table.name} ALTER COLUMN {name} TYPE {table.c[name].type.compile(dialect=d)}")
+    return out
+
+
+# --------------------------------------------------------------------------- adapters
+
+
+class SqliteDb:
+    """A ``sqlite3`` connection in autocommit mode; :meth:`exclusive` is ``BEGIN IMMEDIATE``."""
+
+    dialect = "sqlite"
+    pg_schema = None
+
+    def __init__(self, conn: sqlite3.Connection, where: str):
+        self.conn, self.where = conn, where
+        self._sql = statements("sqlite")
+
+    def rows(self, key: str, params: dict[str, Any]) -> list[Any]:
+        return self.conn.execute(self._sql[key], params).fetchall()
+
+    def run(self, sql: str) -> None:
+        self.conn.execute(sql)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+
+
+class ConnectionDb:
+    """A SQLAlchemy ``Connection`` inside a transaction the caller began."""
+
+    def __init__(self, conn: Any, where: str, pg_schema: Optional[str]):
+        self.conn, self.where = conn, where
+        self.dialect = "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
+        self.pg_schema = pg_schema
+        self._sql = statements(self.dialect)
+
+    def rows(self, key: str, params: dict[str, Any]) -> list[Any]:
+        result = self.conn.exec_driver_sql(self._sql[key], params)
+        return list(result.all()) if result.returns_rows else []
+
+    def run(self, sql: str) -> None:
+        self.conn.exec_driver_sql(sql)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        if self.dialect == "postgresql":  # held until the caller's transaction ends
+            self.conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_LOCK})")
+        yield

@@ -1,0 +1,120 @@
+"""Every statement SqlPersistence runs, compiled once per dialect from the Core tables.
+
+The statements are SQLAlchemy Core constructs over :mod:`.tables` (upserts through the
+dialects' ``insert().on_conflict_do_update``), compiled to SQL text for the driver's own
+parameter style: sqlite3's ``:name``, psycopg's ``%(name)s``. Both database paths run the
+same text (``inline.py`` through ``sqlite3``, ``engine.py`` through ``exec_driver_sql``):
+compiled once, no SQLAlchemy compilation per call on the hot path.
+
+Parameter names: an insert or upsert takes the row (:func:`session_row` …, the column
+names); an update's new values are named after their columns; the other values are named
+``sid`` (a session id), ``mid`` (a message id), ``key`` and ``value`` (``we0_meta``),
+``holder`` (the lease owner that must still hold it), ``old_owner``/``old_expires``
+(the lease row that was seen).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+from sqlalchemy import bindparam, delete, func, literal_column, select, table, column, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from . import tables as S
+
+__all__ = ["statements", "session_row", "message_row", "part_row"]
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def session_row(s: Any) -> dict[str, Any]:
+    row = S.session_columns(s)
+    row["data"] = s.model_dump_json()
+    return row
+
+
+def message_row(m: Any, view: Optional[str] = None) -> dict[str, Any]:
+    row = S.message_columns(m)
+    row["data"] = m.model_dump_json()
+    row["model_view"] = view
+    return row
+
+
+def part_row(p: Any) -> dict[str, Any]:
+    row = S.part_columns(p)
+    row["data"] = p.model_dump_json()
+    return row
+
+
+# --------------------------------------------------------------------------- the statements
+
+
+def _upsert(insert: Any, t: Any, key: str) -> Any:
+    stmt = insert(t)
+    return stmt.on_conflict_do_update(index_elements=[t.c[key]],
+                                      set_={c.name: stmt.excluded[c.name] for c in t.columns if c.name != key})
+
+
+def _constructs(insert: Any, dialect: str) -> dict[str, tuple[Any, Optional[list[str]]]]:
+    """``key → (statement, the columns an UPDATE sets or None)``."""
+    sid, mid = bindparam("sid"), bindparam("mid")
+    M, P, L, meta = S.messages, S.parts, S.leases, S.meta
+    lease_is_ours = (L.c.session_id == sid) & (L.c.owner == bindparam("holder"))
+    if dialect == "sqlite":
+        master = table("sqlite_master", column("type"), column("name"))
+        has_table = select(literal_column("1")).where(master.c.type == literal_column("'table'"), master.c.name == bindparam("name"))
+    else:
+        tables = table("tables", column("table_schema"), column("table_name"), schema="information_schema")
+        has_table = select(literal_column("1")).where(tables.c.table_schema == func.current_schema(),
+                                                      tables.c.table_name == bindparam("name"))
+    return {
+        "upsert_session": (_upsert(insert, S.sessions, "id"), None),
+        "upsert_message": (_upsert(insert, M, "id"), None),
+        "upsert_part": (_upsert(insert, P, "id"), None),
+        "get_session": (select(S.sessions.c.id, S.sessions.c.data).where(S.sessions.c.id == sid), None),
+        "list_sessions": (select(S.sessions.c.id, S.sessions.c.data).order_by(S.sessions.c.id), None),
+        "load_messages": (select(M.c.id, M.c.data).where(M.c.session_id == sid).order_by(M.c.id), None),
+        "load_parts": (select(P.c.id, P.c.message_id, P.c.data).where(P.c.session_id == sid)
+                       .order_by(P.c.message_id, P.c.id), None),
+        "recent_index": (select(M.c.id, M.c.role, M.c.summary, M.c.model_view).where(M.c.session_id == sid)
+                         .order_by(M.c.id), None),
+        "load_messages_from": (select(M.c.id, M.c.data).where(M.c.session_id == sid, M.c.id >= mid)
+                               .order_by(M.c.id), None),
+        "load_parts_from": (select(P.c.id, P.c.message_id, P.c.data).where(P.c.session_id == sid, P.c.message_id >= mid)
+                            .order_by(P.c.message_id, P.c.id), None),
+        "delete_parts": (delete(P).where(P.c.session_id == sid, P.c.message_id == mid), None),
+        "delete_message": (delete(M).where(M.c.session_id == sid, M.c.id == mid), None),
+        "lease_insert": (insert(L).on_conflict_do_nothing(index_elements=[L.c.session_id]), None),
+        "lease_get": (select(L.c.owner, L.c.host, L.c.pid, L.c.expires).where(L.c.session_id == sid), None),
+        "lease_take": (update(L).where(L.c.session_id == sid, L.c.owner == bindparam("old_owner"),
+                                       L.c.expires == bindparam("old_expires")),
+                       ["owner", "host", "pid", "run_id", "expires"]),
+        "lease_renew": (update(L).where(lease_is_ours), ["expires"]),
+        "lease_release": (delete(L).where(lease_is_ours), None),
+        "version_get": (select(meta.c.value).where(meta.c.key == bindparam("key")), None),
+        "version_set": (insert(meta).on_conflict_do_nothing(index_elements=[meta.c.key]), None),
+        "version_update": (update(meta).where(meta.c.key == bindparam("key")), ["value"]),
+        "write_probe": (_upsert(insert, meta, "key"), None),
+        "has_table": (has_table, None),
+    }
+
+
+def _dialect(name: str) -> Any:
+    if name == "sqlite":
+        return sqlite.dialect(paramstyle="named")  # sqlite3's own ``:name`` style
+    from sqlalchemy.dialects.postgresql import psycopg
+
+    return psycopg.dialect()  # ``%(name)s``
+
+
+@functools.lru_cache(maxsize=None)
+def statements(dialect: str) -> dict[str, str]:
+    """``key → SQL text`` for ``"sqlite"`` or ``"postgresql"`` (psycopg), compiled once."""
+    insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+    d = _dialect(dialect)
+    out = {}
+    for key, (stmt, sets) in _constructs(insert, dialect).items():
+        out[key] = str(stmt.compile(dialect=d, column_keys=sets))
+    return out
