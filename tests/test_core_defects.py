@@ -271,6 +271,21 @@ async def test_a_lone_surrogate_in_a_tool_output_or_a_user_message_is_stored() -
     assert t.messages[0].text == "hi \ufffd" and t.messages[1].tool_parts[0].state.output == "bad \ufffd half"
 
 
+async def test_lone_surrogates_in_tool_arguments_are_stored() -> None:
+    got: list[str] = []
+
+    @tool(side_effects=False)
+    def say(words: str) -> str:
+        got.append(words)
+        return "said"
+
+    p = MemoryPersistence()
+    agent = agent_with([[tool_call("say", '{"words": "hi \\ud83d"}')], [text("ok")]], tools=[say], persistence=p)
+    await agent.invoke(session_id="s", messages=[user_message("go")])
+    call = (await p.load_transcript("s")).messages[1].tool_parts[0]
+    assert call.state.input == {"words": "hi \ufffd"} and got == ["hi \ufffd"]
+
+
 # --------------------------------------------------------------------------- 13. nothing swallowed
 
 

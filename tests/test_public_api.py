@@ -57,3 +57,23 @@ def test_star_import_works_without_the_extras() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines() == [
         "ERROR OpenAIChatModel needs the 'openai' package, which is not installed: pip install \"we0nb[openai]\""]
+
+
+def test_a_postgresql_url_without_psycopg_is_one_clear_line() -> None:
+    code = textwrap.dedent("""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "psycopg":
+                    raise ImportError(f"No module named {name!r}", name=name)
+        sys.meta_path.insert(0, Block())
+        from we0nb import SqlPersistence, MissingExtraError
+        try:
+            SqlPersistence("postgresql://postgres@127.0.0.1:5432/test")
+        except MissingExtraError as e:
+            print("ERROR", e)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ("ERROR SqlPersistence with a PostgreSQL URL needs the 'psycopg' package, which is "
+                                  'not installed: pip install "we0nb[postgres]"')

@@ -10,8 +10,9 @@ engine repairs text where it enters: a pair split across deltas is joined
 from __future__ import annotations
 
 import re
+from typing import Any
 
-__all__ = ["clean", "SurrogateJoiner"]
+__all__ = ["clean", "clean_json", "SurrogateJoiner"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -21,6 +22,17 @@ def clean(text: str) -> str:
     if text.isascii() or _SURROGATE.search(text) is None:
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def clean_json(value: Any) -> Any:
+    """A JSON-like value (dicts, lists, strings…) with every string :func:`clean`ed."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, dict):
+        return {clean(k) if isinstance(k, str) else k: clean_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean_json(v) for v in value]
+    return value
 
 
 class SurrogateJoiner:

@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
 from .._ids import now
-from .._text import SurrogateJoiner, clean
+from .._text import SurrogateJoiner, clean, clean_json
 from ..errors import ModelError, PersistenceError
 from ..messages import (
     AssistantMessage,
@@ -52,13 +52,13 @@ def tool_input(raw: Any) -> tuple[dict[str, Any], Optional[str]]:
     """A call's arguments as ``(input, raw)``: a dict (JSON text parsed once), or ``({}, text)``
     when they are not a JSON object (the executor then reports a tool-input error)."""
     if isinstance(raw, dict):
-        return raw, None
+        return clean_json(raw), None
     text = clean(str(raw))
     try:
         value = json.loads(text) if text.strip() else {}
     except ValueError:
         return {}, text
-    return (value, None) if isinstance(value, dict) else ({}, text)
+    return (clean_json(value), None) if isinstance(value, dict) else ({}, text)
 
 
 async def close_stream(stream: Any) -> None:

@@ -37,6 +37,7 @@ from urllib.parse import urlencode
 
 from sqlalchemy.engine import URL, Engine, create_engine, make_url
 
+from ..._extras import require
 from ...errors import CorruptRecordError, PersistenceError
 from ...messages import Part, Session, Transcript
 from ...models.view import load_views
@@ -105,6 +106,8 @@ class SqlPersistence(Persistence):
             self._sync_url = url.set(drivername="sqlite")
             self._async_url = url.set(drivername="sqlite+aiosqlite")
         else:
+            if user_engine is None and sync_user_engine is None:  # the driver is an extra: one clear line
+                require("psycopg", "SqlPersistence with a PostgreSQL URL", "postgres")
             self._sync_url = url.set(drivername="postgresql+psycopg")
             self._async_url = url.set(drivername="postgresql+psycopg")
         self._where = repr(self._sync_url.render_as_string(hide_password=True))
