@@ -52,6 +52,7 @@ from .testing import fail, output, reasoning, text, tool_call, usage  # aliases 
 from .tools import AnyToolDefinition, ToolDefinition, ToolPolicy, tool
 
 if TYPE_CHECKING:  # the lazy names, for IDEs and type checkers
+    from .models.anthropic import AnthropicModel
     from .models.openai import OpenAIChatModel
     from .notebook.frames import expand_json, messages_df, parts_df, session_summary, sessions_df, tool_calls_df
     from .notebook.live import show
@@ -74,7 +75,7 @@ __all__ = [
     "We0Agent", "RunRequest", "RunResult", "user_message", "plan_recovery",
     "MemoryPersistence", "SqlPersistence", "Persistence",
     "tool", "AnyToolDefinition", "ToolDefinition", "ToolPolicy",
-    "Model", "ModelRequest", "ScriptedModel", "FunctionModel", "OpenAIChatModel",
+    "Model", "ModelRequest", "ScriptedModel", "FunctionModel", "OpenAIChatModel", "AnthropicModel",
     "text", "reasoning", "tool_call", "output", "usage", "fail",
     "Session", "UserMessage", "AssistantMessage", "MessageError", "Usage", "Transcript", "MessageWithParts",
     "Part", "TextPart", "ReasoningPart", "ToolPart", "StepStartPart", "StepFinishPart", "CompactionPart",
@@ -92,6 +93,7 @@ __all__ = [
 _LAZY = {
     "SqlPersistence": "we0nb.persistence.sql",
     "OpenAIChatModel": "we0nb.models.openai",
+    "AnthropicModel": "we0nb.models.anthropic",
     "show": "we0nb.notebook.live",
     "sessions_df": "we0nb.notebook.frames",
     "messages_df": "we0nb.notebook.frames",
