@@ -9,7 +9,8 @@ side effects), ``slow`` (sleeps; notes a cancellation in the ledger), ``fail`` (
 ``structured`` (structuredContent), ``picture``/``clip``/``links`` (image, audio, resource
 link), ``die`` (the process exits mid-call), ``garbage`` (writes a non-JSON line to stdout),
 ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID).
-An item or key ``"block"`` makes ``place_order``/``lookup`` write the ledger, then wait forever.
+An item or key ``"block"`` makes ``place_order``/``lookup`` write the ledger, then wait forever —
+the first time only (a file beside the ledger remembers it), so a recalled call finishes.
 """
 
 from __future__ import annotations
@@ -46,20 +47,24 @@ def build(ledger: str) -> MCPServer:
         """Return the text unchanged."""
         return text
 
+    async def hold(value: str) -> None:
+        held = ledger + ".held"
+        if value == "block" and not os.path.exists(held):
+            open(held, "w").close()
+            await asyncio.Event().wait()
+
     @app.tool(annotations=READ_ONLY)
     async def lookup(key: str) -> str:
         """Look a key up (read-only)."""
         note("lookup", key=key)
-        if key == "block":
-            await asyncio.Event().wait()
+        await hold(key)
         return f"value of {key}"
 
     @app.tool()
     async def place_order(item: str, quantity: int = 1) -> str:
         """Place an order (a side effect: it is written to the ledger)."""
         note("place_order", item=item, quantity=quantity)
-        if item == "block":
-            await asyncio.Event().wait()
+        await hold(item)
         return f"ordered {quantity} x {item}"
 
     @app.tool(annotations=READ_ONLY)
@@ -122,6 +127,11 @@ def build(ledger: str) -> MCPServer:
         app.add_tool(added, name=name, description=f"The {name} tool.", annotations=READ_ONLY)
         await ctx.session.send_tool_list_changed()
         return f"added {name}"
+
+    @app.tool(annotations=READ_ONLY)
+    def header(name: str, ctx: Context) -> str:
+        """The value of an HTTP request header (streamable HTTP only)."""
+        return (ctx.headers or {}).get(name.lower(), "(none)")
 
     @app.tool(annotations=READ_ONLY)
     def whoami() -> int:

@@ -178,7 +178,7 @@ def to_return(result: Any, label: str, tool_name: str) -> Any:
 
 
 def call_error(exc: BaseException, label: str, tool_name: str, timeout: Optional[float],
-               closed_reason: Optional[str]) -> ToolError:
+               closed_reason: Optional[str], again: str) -> ToolError:
     """What a failed call becomes: one clear line the model (and a person) can act on."""
     from mcp.shared.exceptions import MCPError
     from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
@@ -192,7 +192,7 @@ def call_error(exc: BaseException, label: str, tool_name: str, timeout: Optional
         if exc.error.code == CONNECTION_CLOSED:
             why = closed_reason or "the server process exited or the connection dropped"
             return ToolError(f"{label}: the connection ended during {call} ({why}); its outcome is unknown. "
-                             "The server is started again on the next call.", {"mcp_error": "connection_closed"})
+                             f"{again}", {"mcp_error": "connection_closed"})
         return ToolError(f"{label} refused {call}: {exc.error.message} (JSON-RPC error {exc.error.code}).",
                          {"mcp_error": "protocol"})
     if isinstance(exc, ValidationError):

@@ -148,7 +148,9 @@ class MCPServer:
         try:
             result = await session.call_tool(name, arguments, read_timeout_seconds=self.timeout)
         except Exception as e:
-            err = call_error(e, self.label, name, self.timeout, conn.dead)
+            again = ("The server is started again on the next call." if self.kind == "stdio"
+                     else "It is reconnected on the next call.")
+            err = call_error(e, self.label, name, self.timeout, conn.dead, again)
             if err.metadata.get("mcp_error") == "connection_closed":
                 conn.end(conn.dead or "the connection was closed")
             raise err from None
