@@ -261,7 +261,8 @@ async def test_close_from_another_task_and_no_orphans(tmp_path: Path) -> None:
 def test_successive_event_loops_each_get_a_connection(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
     model = ScriptedModel([[tool_call("whoami", {})], [text("one")], [tool_call("whoami", {})], [text("two")]])
-    agent = We0Agent(model, tools=[stdio_server(ledger)])
+    server = stdio_server(ledger)
+    agent = We0Agent(model, tools=[server])
     assert asyncio.run(agent.invoke(messages=[user_message("1")])).text == "one"
     first = starts(ledger)[0]
     wait = 0
@@ -273,6 +274,7 @@ def test_successive_event_loops_each_get_a_connection(tmp_path: Path) -> None:
     assert not alive(first)
     assert asyncio.run(agent.invoke(messages=[user_message("2")])).text == "two"
     assert len(starts(ledger)) == 2 and not alive(starts(ledger)[1])
+    assert len(server._conns) == 1  # (private, on purpose) the ended first loop's connection was dropped
 
 
 @pytest.mark.parametrize("how", ["exit", "sigkill"])

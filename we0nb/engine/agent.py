@@ -232,7 +232,8 @@ def _tool_table(tools: Sequence[Any]) -> tuple[dict[str, AnyToolDefinition], lis
         elif callable(t):
             defs.append(make_tool(t))
         else:
-            raise TypeError(f"We0Agent(tools=...): {t!r} is not a tool; decorate a function with @tool.")
+            raise TypeError(f"We0Agent(tools=...): {t!r} is not a tool; decorate a function with @tool "
+                            "(or pass an MCPServer).")
     by_name: dict[str, AnyToolDefinition] = {}
     for d in defs:
         if d.name in by_name:

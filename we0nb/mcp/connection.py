@@ -74,15 +74,15 @@ class Connection:
 
     def __init__(self, server: "MCPServer") -> None:
         self.server = server
-        self.loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         self.session: Any = None
         #: why the connection ended (None while it is usable)
         self.dead: Optional[str] = None
         #: the server said its tool list changed (notifications/tools/list_changed)
         self.stale = False
         self._closing = asyncio.Event()
-        self._ready: asyncio.Future[list[Any]] = self.loop.create_future()
-        self.task = self.loop.create_task(self._main(), name=f"we0nb {server.label}")
+        self._ready: asyncio.Future[list[Any]] = loop.create_future()
+        self.task = loop.create_task(self._main(), name=f"we0nb {server.label}")
 
     @property
     def usable(self) -> bool:

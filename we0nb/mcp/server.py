@@ -239,6 +239,8 @@ class MCPServer:
             conn = self._live()
             if conn is not None:
                 return conn
+            for gone in [lp for lp in self._conns if lp.is_closed()]:  # ended loops (asyncio.run): forget them
+                del self._conns[gone]  # (a connection's task refers to its loop: no weak key would drop it)
             old = self._conns.pop(loop, None)
             if old is not None:  # it died: wait until its transport is down, then start again
                 await old.close()
