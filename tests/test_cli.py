@@ -209,3 +209,109 @@ def test_lab_dry_run(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, err = cli(capsys, "lab", "--dir", str(tmp_path / "nowhere"))
     assert code == 1 and "notebooks" in err
+
+
+BLOCK_PSYCOPG = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "psycopg":
+            raise ImportError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Block())
+from we0nb.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def one_line_error(p: subprocess.CompletedProcess, code: int = 1) -> str:
+    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr + p.stdout
+    lines = p.stderr.strip().splitlines()
+    assert 1 <= len(lines) <= 4, p.stderr
+    return p.stderr
+
+
+@pytest.mark.parametrize("args", [("sessions",), ("show", "ses_x"), ("resume", "ses_x"), ("demo",)])
+def test_postgres_url_without_psycopg_is_one_line(tmp_path, args):
+    env = dict(os.environ, PYTHONIOENCODING="utf-8")
+    p = subprocess.run([sys.executable, "-c", BLOCK_PSYCOPG, *args, "--db", "postgresql://u@127.0.0.1:5432/x"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    err = one_line_error(p)
+    assert 'pip install "we0nb[postgres]"' in err and "psycopg" in err
+
+
+def test_bad_inputs_end_in_a_few_lines(tmp_path):
+    db = tmp_path / "ok.db"
+    assert run("demo", "--db", str(db), "--no-resume", "--session", "my session", *FAST, cwd=tmp_path).returncode == 0
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    cases = [
+        (("sessions", "--db", "mysql://u@h/db"), "SQLite or PostgreSQL"),
+        (("sessions", "--db", "postgresql://u@h:notaport/db"), "is not a database URL"),
+        (("sessions", "--db", "postgresql://u@127.0.0.1:1/db"), "cannot read the database"),
+        (("sessions", "--db", str(tmp_path)), "is a folder"),
+        (("sessions", "--db", str(empty)), "no we0nb data in"),
+        (("show", "bad\tid", "--db", str(db)), "printable"),
+        (("show", "x" * 300, "--db", str(db)), "at most 255"),
+        (("resume", "", "--db", str(db)), "must not be empty"),
+        (("demo", "--db", str(tmp_path / "no" / "such" / "dir" / "x.db"), *FAST), "error:"),
+        (("demo", "--db", ""), "--db is empty"),
+    ]
+    for args, needle in cases:
+        err = one_line_error(run(*args, cwd=tmp_path))
+        assert needle in err, (args, err)
+    assert empty.read_bytes() == b"", "a read-only command wrote to the database"
+    p = run("demo", "--bogus", cwd=tmp_path)
+    assert p.returncode == 2 and "usage: we0nb demo" in p.stderr and "unrecognized arguments: --bogus" in p.stderr
+    # --debug adds the traceback
+    p = run("demo", "--debug", "--db", str(tmp_path / "no" / "such" / "dir" / "x.db"), *FAST, cwd=tmp_path)
+    assert p.returncode == 1 and "Traceback" in p.stderr
+
+
+def test_hints_are_shell_quoted(tmp_path):
+    db = tmp_path / "a b.db"
+    p = run("demo", "--db", str(db), "--session", "my session", "--no-resume", *FAST, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    import shlex
+
+    line = next(x for x in p.stdout.splitlines() if x.strip().startswith("we0nb resume"))
+    argv = shlex.split(line)
+    assert argv[:3] == ["we0nb", "resume", "my session"] and argv[4] == f"sqlite:///{db}"
+    r = run(*argv[1:], *FAST, cwd=tmp_path)
+    assert r.returncode == 0 and "OK: no order was placed twice." in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.postgres
+def test_reading_commands_never_create_tables_on_postgres(tmp_path):
+    url = os.environ.get("WE0NB_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("WE0NB_TEST_POSTGRES_URL is not set")
+    import uuid
+
+    from sqlalchemy import create_engine, inspect, text as sql
+
+    schema = f"we0cli_{uuid.uuid4().hex[:10]}"
+    eng = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with eng.begin() as c:
+            c.execute(sql(f'CREATE SCHEMA "{schema}"'))
+        scoped = f"{url}?options=-csearch_path%3D{schema}"
+        for args in (("sessions",), ("show", "ses_x")):
+            err = one_line_error(run(*args, "--db", scoped, cwd=tmp_path))
+            assert "no we0nb data in" in err
+        with eng.connect() as c:
+            assert inspect(c).get_table_names(schema=schema) == []
+    finally:
+        with eng.begin() as c:
+            c.execute(sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        eng.dispose()
+
+
+def test_lab_passes_unknown_options_to_jupyter(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, out, err = cli(capsys, "lab", "--dry-run", "--no-browser", "--port", "8890")
+    assert code == 0, err
+    assert out.rstrip().endswith("--no-browser --port 8890")
+    assert ("--allow-root" in out) == (os.geteuid() == 0)
+    code, out, err = cli(capsys, "--help")
+    assert "lab passes the options it does not know to jupyter lab" in " ".join(out.split())

@@ -143,9 +143,9 @@ class LivePrinter:
     the tools and what the store held before the resume).
     """
 
-    def __init__(self, write: Callable[[str], Any] = sys.stdout.write,
+    def __init__(self, write: Optional[Callable[[str], Any]] = None,
                  explain: Optional[Callable[[dict[str, Any]], str]] = None):
-        self._w = write
+        self._w = write or (lambda s: sys.stdout.write(s))  # the stdout of now, not of import time
         self._col = 0
         self._explain = explain
         self.events = 0
