@@ -164,6 +164,8 @@ class RunPanel:
             label += f" · session {self.session_id}"
         if self.detail:
             label += f" · {self.detail}"
+        if self._superseded and self.status != "running":
+            label += " · a newer panel runs this session; use that one"
         return label
 
     def _set_status(self, status: str, detail: str = "") -> None:
@@ -194,7 +196,7 @@ class RunPanel:
         """A newer panel runs this session: this one's Resume would act on a stale view."""
         self._superseded = True
         if not self.running:
-            self._set_status(self.status, "a newer panel runs this session; use that one")
+            self._set_status(self.status, self.detail)
 
     # ------------------------------------------------------------------ runs
 
