@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 ROOT = Path(os.environ.get("WE0NB_KERNEL_VENVS", "/tmp/we0nb-kernels"))
 #: the ipykernel majors the notebook layer is tested on (the main environment has a 7.x too)
-VERSIONS = ("6.29.5", "7.0.1")
+VERSIONS = ("6.29.5", "6.31.0", "7.0.1")
 RUNTIME = ["pydantic>=2.6", "typing-extensions>=4.6", "sqlalchemy[asyncio]>=2.0.25", "aiosqlite>=0.19",
            "ipywidgets>=8.1"]
 

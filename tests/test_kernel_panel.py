@@ -160,3 +160,30 @@ def test_abort_while_the_next_cell_awaits_the_panel(kernel, channel):
     assert r["reply"]["status"] == "ok"
     assert r["stdout"].strip() == "joined aborted None"
     assert kernel.eval("panel.last_abort_latency") < 0.5
+
+
+def test_saved_notebook_shows_how_the_run_ended(tmp_path):
+    """Executed and saved by nbclient (as the tutorials are): the widget state and the widgets'
+    plain-text fallback say "finished", Abort is disabled — not the state at the cell's end."""
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from we0nb import We0Agent, ScriptedModel, text\nfrom we0nb.notebook import RunPanel\n"
+        "panel = RunPanel(We0Agent(ScriptedModel([[text(['w '] * 100)]], delay=0.01)), session_id='ses_saved')\n"
+        "panel.start('hi')"),
+        nbformat.v4.new_code_cell("r = await panel.wait()")]
+    NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    by_class = {}
+    for model in state.values():
+        for cls in model["state"].get("_dom_classes", []):
+            by_class[cls] = model["state"]
+    assert "status: finished" in by_class["we0-status"]["value"]
+    assert by_class["we0-abort"]["disabled"] is True and by_class["we0-resume"]["disabled"] is True
+    plain = [o["data"]["text/plain"] for o in nb.cells[0].outputs if "application/vnd.jupyter.widget-view+json"
+             in o.get("data", {})]
+    assert plain and plain[0].startswith("status: finished · session ses_saved"), plain
+    html = [o["data"]["text/html"] for o in nb.cells[0].outputs if "we0-live" in o.get("data", {}).get("text/html", "")]
+    assert html and "data-status='finished'" in html[0]
