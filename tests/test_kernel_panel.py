@@ -187,3 +187,18 @@ def test_saved_notebook_shows_how_the_run_ended(tmp_path):
     assert plain and plain[0].startswith("status: finished · session ses_saved"), plain
     html = [o["data"]["text/html"] for o in nb.cells[0].outputs if "we0-live" in o.get("data", {}).get("text/html", "")]
     assert html and "data-status='finished'" in html[0]
+
+
+def test_two_we0_cells_in_a_row_queue_and_we0_h_prints_usage(kernel):
+    kernel.run("from we0nb import We0Agent, ScriptedModel, text\n"
+               "agent = We0Agent(ScriptedModel([[text(['a '] * 200)], [text('second reply')]], delay=0.005))\n"
+               "%load_ext we0nb")
+    # Run All: both cells are sent at once; the second waits for the first instead of failing
+    first = kernel.submit("%%we0 --session ses_two\nfirst")
+    second = kernel.submit("%%we0\nsecond")
+    joined = kernel.submit("r = await we0_panel.wait(); t = await agent.transcript('ses_two')")
+    for msg_id in (first, second, joined):
+        assert kernel.result(msg_id)["reply"]["status"] == "ok"
+    assert kernel.eval("[m.text for m in t.messages]") == ["first", "a " * 200, "second", "second reply"]
+    out = kernel.run("%we0 -h")["stdout"]
+    assert "--session" in out and "--resume" in out and "waits for it" in out
