@@ -82,6 +82,7 @@ font-weight:600;color:#fff;background:var(--jp-ui-font-color3,#9e9e9e);white-spa
 .we0 .we0-err,.we0 .we0-note.we0-err{color:var(--jp-error-color1,#d32f2f)}
 .we0 .we0-warn,.we0 .we0-note.we0-warn{color:var(--jp-warn-color1,#f57c00)}
 .we0 .we0-o-keep{background:#607d8b}
+.we0 .we0-id{word-break:break-all}
 .we0 .we0-o-recall{background:var(--jp-brand-color1,#1976d2)}
 .we0 .we0-compaction{border:1px dashed var(--jp-border-color1,#bdbdbd);padding:.3em .5em;margin:.3em 0}
 .we0 .we0-cursor::after{content:"\\258D";color:var(--jp-brand-color1,#1976d2)}
@@ -97,6 +98,7 @@ INLINE = {
     "we0-title": "font-weight:600",
     "we0-muted": "opacity:0.75;font-size:11px",
     "we0-mono": "font-family:monospace",
+    "we0-id": "word-break:break-all",
     "we0-turn": f"border-left:3px solid {_GREY_LINE};padding:2px 8px;margin:4px 0",
     "we0-user": "border-left-color:#1976d2",
     "we0-assistant": "border-left-color:#388e3c",
@@ -273,7 +275,7 @@ def tool_row_html(part: Any, recovery: Optional[str] = None, *, kept: bool = Fal
             if status == "unfinished" and cut else "")
     shown = "interrupted" if part.interrupted else st.status  # as stored
     return (f"<tr data-status='{esc(shown)}'><td class='we0-cell'><code>{esc(part.tool)}</code>"
-            f"<div class='we0-note we0-mono'>{esc(part.call_id)}</div></td>"
+            f"<div class='we0-note we0-mono we0-id'>{esc(part.call_id)}</div></td>"
             f"<td class='we0-cell we0-io we0-mono'>{_clip_html(_tool_input(part))}</td>"
             f"<td class='we0-cell'>{badges}{note}</td>"
             f"<td class='we0-cell we0-muted'>{esc(dur)}</td>"
