@@ -315,3 +315,19 @@ def test_lab_passes_unknown_options_to_jupyter(tmp_path, capsys, monkeypatch):
     assert ("--allow-root" in out) == (os.geteuid() == 0)
     code, out, err = cli(capsys, "--help")
     assert "lab passes the options it does not know to jupyter lab" in " ".join(out.split())
+
+
+def test_the_readme_sample_is_what_the_demo_prints(tmp_path):
+    """Every line of the README's sample output (but the elided "...") is printed by `we0nb demo`."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Run the demo (one command)", 1)[1]
+    import re
+
+    sample = next(body for lang, body in re.findall(r"```(\w*)\n(.*?)```", section, re.S) if not lang)
+    p = run("demo", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    printed = p.stdout.splitlines()
+    lines = [line for line in sample.splitlines() if line.strip() and line.strip() != "..."]
+    assert len(lines) >= 8
+    for line in lines:
+        assert line in printed, line
