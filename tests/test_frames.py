@@ -644,8 +644,8 @@ def test_async_engine_input(memory, sqlite_db):
 
 @pytest.mark.parametrize("chunk", [None, 2])
 def test_categories_outside_the_fixed_ones_from_sqlite(memory, tmp_path, monkeypatch, chunk):
-    """SQLite sends fixed categories as codes; any other stored value still comes through
-    (also when some fetched chunks hold only codes and others a string)."""
+    """A stored value outside the fixed categories becomes a category of its own (the fixed
+    ones first), also when it arrives in one fetched chunk and not in the others."""
     if chunk is not None:
         monkeypatch.setattr(columns, "_CHUNK", chunk)
     import sqlite3

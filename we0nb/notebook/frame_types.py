@@ -10,7 +10,6 @@ database's collation) and types each column.
 
 from __future__ import annotations
 
-import array
 from typing import Any, Optional
 
 import numpy as np
@@ -137,9 +136,7 @@ def convert(chunk: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
         how = _read(spec.get(name, "str"))
         if how is None:
             continue
-        if isinstance(values, array.array):  # categorical codes (persistence.sql.columns)
-            out[name] = np.frombuffer(values, dtype=np.int16)
-        elif how == "s":
+        if how == "s":
             out[name] = _strings(values)
         elif how == "i":
             out[name] = pa.array(values, type=pa.int64())
@@ -148,15 +145,10 @@ def convert(chunk: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _join(parts: list, how: str, codes: Optional[tuple[str, ...]]) -> Any:
-    """One column from its chunks: an Arrow array, a NumPy array, or (codes, known) when coded."""
+def _join(parts: list, how: str) -> Any:
+    """One column from its chunks: a (chunked) Arrow array or a NumPy array."""
     import pyarrow as pa
 
-    if codes is not None and parts and all(isinstance(c, np.ndarray) for c in parts):
-        return np.concatenate(parts), codes
-    if codes is not None:  # some chunks came as values: all as strings
-        table = np.array(list(codes) + [None], dtype=object)  # code -1 → None
-        parts = [pa.array(table[c], type=pa.large_string()) if isinstance(c, np.ndarray) else c for c in parts]
     if how in ("s", "i"):  # chunked: joining a million strings would copy them all again
         return pa.chunked_array(parts, type=pa.large_string() if how == "s" else pa.int64())
     if not parts:
@@ -170,16 +162,11 @@ def _join(parts: list, how: str, codes: Optional[tuple[str, ...]]) -> Any:
 def _categorical(col: Any, name: str) -> pd.Categorical:
     """Categorical with string categories: the fixed ones first (role, type …), others sorted.
 
-    ``col`` is an Arrow string array, or (codes, known values) read as codes from SQL.
+    Only the values that occur become categories, besides the fixed ones.
     """
     import pyarrow as pa
 
     fixed = FIXED_CATEGORIES.get(name)
-    if isinstance(col, tuple):
-        codes, known = col
-        if fixed is not None and tuple(known) == tuple(fixed):
-            return pd.Categorical.from_codes(codes.astype("int64"), dtype=_cat_dtype(list(fixed)))
-        col = pa.array(np.array(list(known) + [None], dtype=object)[codes], type=pa.large_string())
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     enc = col.dictionary_encode()
@@ -249,28 +236,23 @@ def _sorted(base: dict[str, Any], n: int) -> dict[str, Any]:
         return base
 
     def take(v: Any) -> Any:
-        if isinstance(v, tuple):
-            return v[0][idx], v[1]
         return v.take(order) if isinstance(v, (pa.Array, pa.ChunkedArray)) else v[idx]
 
     return {k: take(v) for k, v in base.items()}
 
 
-def build(chunks: list[dict[str, Any]], spec: dict[str, Any], group: Optional[str],
-          codes: Optional[dict[str, tuple[str, ...]]] = None) -> pd.DataFrame:
+def build(chunks: list[dict[str, Any]], spec: dict[str, Any], group: Optional[str]) -> pd.DataFrame:
     """The typed frame of ``spec`` from converted chunks (see :func:`convert`).
 
-    ``group`` is the column that ``order`` counts within (None: the whole frame);
-    ``codes`` the columns that may come as categorical codes (``Fetched.codes``).
+    ``group`` is the column that ``order`` counts within (None: the whole frame).
     """
-    codes = codes or {}
     n = sum(len(next(iter(c.values()))) for c in chunks if c)
     base: dict[str, Any] = {}
     for name, kind in spec.items():
         how = _read(kind)
         if how is None:
             continue
-        base[name] = _join([c[name] for c in chunks], how, codes.get(name))
+        base[name] = _join([c[name] for c in chunks], how)
     base = _sorted(base, n)
     cols: dict[str, Any] = {}
     for name, kind in spec.items():

@@ -248,7 +248,7 @@ def _view(view: str, p: Any, session_id: SessionIds, since: TimeLike, until: Tim
         fetched = from_sql(reader, ids, lo, hi, lambda chunk: convert(chunk, spec))
     if fetched.corrupt:
         _warn_corrupt(view, reader.where, fetched.corrupt)
-    return build(fetched.chunks, spec, group, fetched.codes)
+    return build(fetched.chunks, spec, group)
 
 
 def _warn_corrupt(view: str, where: str, rows: list[CorruptRow]) -> None:

@@ -5,7 +5,7 @@ using one, a SQLAlchemy ``Engine`` or ``AsyncEngine``, a URL — into a :class:`
 (``None`` for a persistence without SQL: read that one through its port). The reader's
 ``sessions``/``messages``/``parts`` run one SQL query each over the flattened columns of
 :mod:`.tables` and return :class:`Fetched`: the rows in chunks of plain Python columns
-(tuples; ``array.array`` codes for fixed categories on SQLite), unordered. This module
+(tuples), unordered. This module
 imports no pandas, NumPy or Arrow: a caller that wants arrays passes ``convert=``, applied
 to each chunk as it arrives, so a chunk's row tuples are freed while still in cache.
 
@@ -30,7 +30,6 @@ file that does not exist is refused, a database without the we0nb tables too.
 
 from __future__ import annotations
 
-import array
 import contextlib
 import gc
 import json
@@ -83,14 +82,11 @@ class CorruptRow:
 class Fetched:
     """A query's rows: ``chunks`` of columns (``convert`` applied), named ``names``.
 
-    ``codes`` names the columns that may come as integer codes: a chunk then holds an
-    ``array.array("h")`` of indexes into ``codes[name]`` (-1 for NULL), or, in a chunk with
-    a value outside those, the values themselves. ``corrupt`` lists the rows whose document
-    did not parse. Rows are in no particular order.
+    A chunk is a dict of column name → tuple of values (str, float, int, bool, None).
+    ``corrupt`` lists the rows whose document did not parse. Rows are in no particular order.
     """
 
     names: list[str]
-    codes: dict[str, tuple[str, ...]]
     chunks: list[Any] = field(default_factory=list)
     corrupt: list[CorruptRow] = field(default_factory=list)
 
@@ -114,7 +110,6 @@ class _Query:
     applies: Any = None  # the rows whose document holds doc values (None: all)
     created: Any = None  # the creation time that since/until select by
     join: Any = None  # (table, on) needed for ``created``
-    codes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -222,7 +217,6 @@ class SqlReader:
                                        "error_reason", "input_tokens", "output_tokens", "reasoning_tokens",
                                        "cached_tokens", "summary")]
         q = _Query(m, flat, [_Doc("error_message", m.c.error_message, _error_message, False)], created=m.c.created)
-        self._code(q, "role")
         return self._read(q, ids, since, until, convert)
 
     def parts(self, ids: Optional[Sequence[str]] = None, since: Optional[int] = None,
@@ -246,7 +240,6 @@ class SqlReader:
             # index order (random reads): a sequential scan is ~1.5x cheaper; a session filter
             # still uses the session index, and PostgreSQL plans it the same way
             q.where.append(p.c.type.concat("") == "tool")
-            self._code(q, "status", "interrupt_reason")
         else:
             q.flat.append(("type", p.c.type))
             text, summary = self._extract(("text",)), self._extract(("summary",))
@@ -254,17 +247,9 @@ class SqlReader:
                                                     (p.c.type == "compaction", summary), else_=sa.null())
             q.docs = [_Doc("text", sql, _part_text, True)]
             q.applies = p.c.type.in_((*_TEXT_TYPES, "compaction"))
-            self._code(q, "type", "status")
         return self._read(q, ids, since, until, convert)
 
     # ------------------------------------------------------------------ query parts
-
-    def _code(self, q: _Query, *names: str) -> None:
-        """SQLite: fixed categories as small integer codes (see :func:`_coded`)."""
-        if self.dialect != "sqlite":
-            return
-        q.flat = [(n, _coded(e, CATEGORIES[n]) if n in names else e) for n, e in q.flat]
-        q.codes = {n: CATEGORIES[n] for n in names}
 
     def _extract(self, path: tuple[str, ...], as_json: bool = False) -> Any:
         """A member of ``data``, extracted by the database (None: a dialect we read in Python)."""
@@ -327,7 +312,7 @@ class SqlReader:
     def _fetch(self, q: _Query, stmt: Any, wanted: Optional[frozenset], convert: Optional[Callable[[dict], Any]],
                careful: bool) -> Fetched:
         """Run ``stmt``; each chunk of rows becomes columns (documents read where flagged), then ``convert``."""
-        out = Fetched(q.names, dict(q.codes))
+        out = Fetched(q.names)
         with _gc_paused(), self._connection() as conn:
             try:
                 result = conn.execute(stmt)
@@ -354,10 +339,7 @@ class SqlReader:
         docs = cols.pop()
         if docs.count(None) != len(docs):
             self._read_documents(q, cols, docs, corrupt)
-        out = dict(zip(names, cols))
-        for name, known in q.codes.items():
-            out[name] = _codes(out[name], known)
-        return out
+        return dict(zip(names, cols))
 
     def _read_documents(self, q: _Query, cols: list, docs: Sequence[Optional[str]], corrupt: list[CorruptRow]) -> None:
         """The doc columns of the flagged rows, read off their documents with ``json.loads``."""
@@ -402,27 +384,6 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
-
-
-def _coded(col: Any, values: Sequence[str]) -> Any:
-    """SQLite: a categorical column as small integer codes (index into ``values``; -1 for NULL).
-
-    A value not in ``values`` comes as itself behind a ``~`` (never read as a number).
-    Small Python ints are shared objects: fetching a code allocates nothing, a string
-    per row does.
-    """
-    import sqlalchemy as sa
-
-    return sa.case({v: sa.literal_column(str(i)) for i, v in enumerate(values)}, value=col,
-                   else_=sa.func.ifnull(sa.literal("~", sa.String).concat(col), sa.literal_column("-1")))
-
-
-def _codes(values: Sequence[Any], known: Sequence[str]) -> Any:
-    """Codes as ``array('h')``; a chunk holding another value (``~value``) as values."""
-    try:
-        return array.array("h", values)  # "~…" strings refuse to convert
-    except TypeError:
-        return tuple(None if v is None or v == -1 else known[v] if type(v) is int else v[1:] for v in values)
 
 
 def _extract(dialect: str, col: Any, path: Sequence[str], as_json: bool) -> Any:
