@@ -195,9 +195,11 @@ def _integers(arr: Any) -> Any:
 
 
 def _to_time(seconds: np.ndarray) -> pd.DatetimeIndex:
-    # epoch seconds → whole microseconds, rounding half up (the same arithmetic on every route)
+    """Epoch seconds → UTC times in whole microseconds, rounding half up (the same arithmetic
+    on every route); NaN → NaT. Built as int64 microseconds: ~10x cheaper than to_datetime."""
     us = np.floor(seconds * 1e6 + 0.5)
-    return pd.to_datetime(us, unit="us", utc=True).as_unit("us")
+    ints = np.where(np.isnan(us), np.iinfo(np.int64).min, us).astype("int64")  # int64 min is NaT
+    return pd.DatetimeIndex(ints.view("datetime64[us]")).tz_localize("UTC")
 
 
 def _order(keys: Any) -> np.ndarray:
@@ -222,18 +224,28 @@ def _outcome(status: pd.Categorical, interrupted: np.ndarray, recalled: np.ndarr
     return pd.Categorical.from_codes(np.where(finished, codes, -1), dtype=_cat_dtype(list(OUTCOMES)))
 
 
+def _in_order(keys: list) -> bool:
+    """Whether the rows are already sorted by ``keys`` (no nulls): a few vector compares, no sort."""
+    import pyarrow.compute as pc
+
+    n = len(keys[0])
+    ok = None
+    for col in reversed(keys):  # ok_i: row i <= row i+1, from the last key to the first
+        a, b = col.slice(0, n - 1), col.slice(1)
+        ok = pc.less_equal(a, b) if ok is None else pc.or_(pc.less(a, b), pc.and_(pc.equal(a, b), ok))
+    return bool(pc.all(ok).as_py())
+
+
 def _sorted(base: dict[str, Any], n: int) -> dict[str, Any]:
     """Rows in id order (session, message, part); most reads already are, then nothing moves."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     keys = [k for k in _SORT_KEYS if k in base]
-    if n < 2 or not keys:
+    if n < 2 or not keys or _in_order([base[k] for k in keys]):
         return base
     order = pc.sort_indices(pa.table({k: base[k] for k in keys}), sort_keys=[(k, "ascending") for k in keys])
     idx = order.to_numpy()
-    if np.array_equal(idx, np.arange(n)):
-        return base
 
     def take(v: Any) -> Any:
         return v.take(order) if isinstance(v, (pa.Array, pa.ChunkedArray)) else v[idx]
