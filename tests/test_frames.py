@@ -669,11 +669,11 @@ def test_categories_outside_the_fixed_ones_from_sqlite(memory, tmp_path, monkeyp
         assert got.loc[part, "status"] == "zzz" and got.loc[part, "interrupt_reason"] == "7"
         assert got.loc[other, "status"] == "2" and pd.isna(got.loc[other, "interrupt_reason"])
         assert pd.isna(got.loc[part, "outcome"])  # not a status we know to be finished
-        assert list(got["status"].cat.categories) == [*frames.STATUSES, "2", "zzz"]
-        assert list(got["interrupt_reason"].cat.categories) == [*frames.INTERRUPT_REASONS, "7"]
+        assert list(got["status"].cat.categories) == [*frame_types.STATUSES, "2", "zzz"]
+        assert list(got["interrupt_reason"].cat.categories) == [*frame_types.INTERRUPT_REASONS, "7"]
         parts = parts_df(url, sid).set_index("part_id")
         assert parts.loc[text_part, "type"] == "0"
-        assert list(parts["type"].cat.categories) == [*frames.PART_TYPES, "0"]
+        assert list(parts["type"].cat.categories) == [*frame_types.PART_TYPES, "0"]
         assert parts["status"].isna().sum() == parts_df(memory, sid)["status"].isna().sum()
 
 

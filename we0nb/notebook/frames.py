@@ -61,8 +61,7 @@ import pandas as pd
 from ..persistence.sql.columns import CorruptRow, SqlReader, open_reader, persistence_of
 from ..persistence.sql.tables import message_columns, part_columns
 from .frame_types import (
-    FIXED_CATEGORIES, INTERRUPT_REASONS, MESSAGE_COLUMNS, OUTCOMES, PART_COLUMNS, PART_TYPES, ROLES,
-    SESSION_COLUMNS, STATUSES, TD_DTYPE, TIME_DTYPE, TOOL_CALL_COLUMNS, build, convert,
+    MESSAGE_COLUMNS, PART_COLUMNS, SESSION_COLUMNS, STATUSES, TD_DTYPE, TIME_DTYPE, TOOL_CALL_COLUMNS, build, convert,
 )
 
 __all__ = [
@@ -77,12 +76,10 @@ __all__ = [
     "PART_COLUMNS",
     "TOOL_CALL_COLUMNS",
     "SUMMARY_COLUMNS",
-    "OUTCOMES",
 ]
 
 SessionIds = Union[None, str, Iterable[str]]
 TimeLike = Union[None, str, float, int, _dt.datetime, pd.Timestamp]
-_ = (FIXED_CATEGORIES, INTERRUPT_REASONS, PART_TYPES, ROLES)  # re-exported for callers of this module
 
 
 # --------------------------------------------------------------------------- arguments
