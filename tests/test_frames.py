@@ -323,6 +323,9 @@ def test_python_json_fallback_matches(sqlite_db, monkeypatch):
 def test_inputs_agent_engine_url(memory, sqlite_db):
     agent = We0Agent(ScriptedModel([]), persistence=memory)
     pd.testing.assert_frame_equal(tool_calls_df(agent), tool_calls_df(memory))
+    assert columns.open_reader(memory) is None  # read through its port
+    with columns.open_reader(sqlite_db) as reader:  # SqlPersistence: read in bulk, never through the port
+        assert reader.dialect == "sqlite" and not reader.owned
     expected = parts_df(sqlite_db)
     pd.testing.assert_frame_equal(parts_df(We0Agent(ScriptedModel([]), persistence=sqlite_db)), expected)
     pd.testing.assert_frame_equal(parts_df(sqlite_db.url), expected)
@@ -630,6 +633,18 @@ def test_sync_url_mapping():
     assert sources.sync_url("postgresql+asyncpg://u@h/db").drivername == "postgresql+psycopg"
     assert sources.sync_url("postgresql+psycopg_async://u@h/db").drivername == "postgresql+psycopg"
     assert sources.sync_url("sqlite:///x.db").drivername == "sqlite"
+
+
+def test_in_memory_sqlite_persistence(memory):
+    from we0nb import SqlPersistence
+
+    sp = SqlPersistence("sqlite://")
+    try:
+        asyncio.run(copy_history(memory, sp))
+        for fn in VIEWS.values():
+            pd.testing.assert_frame_equal(fn(sp), fn(memory), check_exact=True)
+    finally:
+        asyncio.run(sp.close())
 
 
 def test_async_engine_input(memory, sqlite_db):
