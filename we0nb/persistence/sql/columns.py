@@ -5,9 +5,10 @@ using one, a SQLAlchemy ``Engine`` or ``AsyncEngine``, a URL — into a :class:`
 (``None`` for a persistence without SQL: read that one through its port). The reader's
 ``sessions``/``messages``/``parts`` run one SQL query each over the flattened columns of
 :mod:`.tables` and return :class:`Fetched`: the rows in chunks of plain Python columns
-(tuples), unordered. This module
-imports no pandas, NumPy or Arrow: a caller that wants arrays passes ``convert=``, applied
-to each chunk as it arrives, so a chunk's row tuples are freed while still in cache.
+(tuples), unordered, through one connection. This module imports no pandas, NumPy or
+Arrow: a caller that wants arrays passes ``convert=``, applied to each chunk as it
+arrives, so a chunk's row tuples are freed while still in cache. The reads are
+synchronous (a frame is a plain call in a notebook cell).
 
 The values only the JSON document ``data`` holds (text, tool input/output/error/metadata)
 are extracted by the database (``json_extract`` on SQLite, ``#>``/``#>>`` on PostgreSQL).
