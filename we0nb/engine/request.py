@@ -72,7 +72,12 @@ class RunRequest(_Displayable):
 
 @dataclass
 class RunResult(_Displayable):
-    """How a run ended. ``result`` is ``"stop"`` or ``"compact"``."""
+    """How a run ended. ``result`` is ``"stop"`` or ``"compact"``.
+
+    ``finish_reason`` is the model's reason for ending the last step: ``"stop"``,
+    ``"length"`` when the reply was cut at the token limit (``truncated`` is then True),
+    ``"content-filter"``, … (None when no step ran).
+    """
 
     result: Literal["stop", "compact"]
     session_id: str
@@ -82,6 +87,12 @@ class RunResult(_Displayable):
     steps: int = 0
     usage: Usage = field(default_factory=Usage)
     run_id: str = ""
+    finish_reason: Optional[str] = None
+
+    @property
+    def truncated(self) -> bool:
+        """The last reply was cut at the token limit (``max_tokens``): the text is incomplete."""
+        return self.finish_reason == "length"
 
 
 def build_request(*, abort: Optional[asyncio.Event] = None, mode: str = "prompt",

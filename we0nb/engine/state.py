@@ -68,7 +68,7 @@ class RunState:
     def policies(self) -> dict[str, ToolPolicy]:
         agent = self.agent
         pol = {name: t.policy for name, t in agent.tools_by_name.items()}
-        if agent.output_type is not None:
+        if agent.output_type is not None and agent.output_mode == "tool":
             pol[agent.output_tool_name] = ToolPolicy(side_effects=False)
         return pol
 
@@ -78,11 +78,17 @@ class RunState:
 
     def model_request(self) -> ModelRequest:
         agent = self.agent
+        mode = agent.output_mode if agent.output_type is not None else None
+        system = agent.system_prompt
+        if agent.output_prompt:  # prompted structured output: the schema goes with the instructions
+            system = f"{system}\n\n{agent.output_prompt}" if system else agent.output_prompt
         return ModelRequest(
             messages=self.history.build(self.messages),
             tools=list(agent.tool_schemas),
-            system=agent.system_prompt,
-            output_tool=agent.output_tool_name if agent.output_type is not None else None,
+            system=system,
+            output_tool=agent.output_tool_name if mode == "tool" else None,
+            output_mode=mode,  # type: ignore[arg-type]
+            output_schema=agent.output_schema if mode is not None else None,
         )
 
     # ------------------------------------------------------------------ user messages
