@@ -199,9 +199,10 @@ def empty_stream() -> Responder:
     return respond
 
 
-def _validation_error(count: int, field: str) -> Responder:
-    # the shape of llama-cpp-python's answer: FastAPI's 500 with pydantic's message
-    return status(500, {"error": {"message": f"{count} validation errors for ChatCompletionRequest\n{field}",
+def _validation_error(count: int, detail: str) -> Responder:
+    # llama-cpp-python 0.3.36's answer: HTTP 500 carrying FastAPI's RequestValidationError
+    noun = "error" if count == 1 else "errors"
+    return status(500, {"error": {"message": f"{count} validation {noun}:\n  {detail}",
                                   "type": "internal_server_error"}})
 
 
@@ -209,8 +210,9 @@ def reject_null_content(body: Any) -> Optional[Responder]:
     """llama-cpp-python 0.3: a message whose ``content`` is null fails validation (HTTP 500)."""
     for i, m in enumerate((body or {}).get("messages") or ()):
         if isinstance(m, dict) and "content" in m and m["content"] is None:
-            return _validation_error(7, f"messages.{i}.typed-dict.content\n  Input should be a valid string "
-                                        "[type=string_type, input_value=None, input_type=NoneType]")
+            return _validation_error(7, f"{{'type': 'string_type', 'loc': ('body', 'messages', {i}, "
+                                        "'ChatCompletionRequestAssistantMessage', 'content'), "
+                                        "'msg': 'Input should be a valid string', 'input': None}")
     return None
 
 
@@ -218,6 +220,7 @@ def reject_json_schema(body: Any) -> Optional[Responder]:
     """llama-cpp-python 0.3: ``response_format`` must be ``{"type": "json_object", "schema": …}``."""
     fmt = (body or {}).get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") not in ("text", "json_object"):
-        return _validation_error(1, "response_format.type\n  Input should be 'text' or 'json_object' "
-                                    f"[type=literal_error, input_value={fmt.get('type')!r}, input_type=str]")
+        return _validation_error(1, "{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+                                    "'msg': \"Input should be 'text' or 'json_object'\", "
+                                    f"'input': {fmt.get('type')!r}}}")
     return None

@@ -506,7 +506,7 @@ async def test_the_fake_server_refuses_null_content_like_llama_cpp_python(server
 
 
 async def test_a_request_the_server_cannot_validate_is_not_retried(server):
-    server.play(status(500, {"error": {"message": "1 validation error for ChatCompletionRequest\nmessages.1.content",
+    server.play(status(500, {"error": {"message": "1 validation error:\n  {'loc': ('body', 'messages', 1)}",
                                        "type": "internal_server_error"}}))
     agent = We0Agent(make_model(server))
     with pytest.raises(ModelProviderError, match="validation error") as info:
@@ -648,3 +648,33 @@ def test_tool_choice_values(server):
         make_model(server, output_mode="json")
     with pytest.raises(ValueError, match="native_format"):
         make_model(server, native_format="grammar")
+
+
+async def test_an_empty_stream_for_an_oversized_prompt_is_a_context_overflow(server):
+    # llama-cpp-python checks the prompt's length inside the stream: 200 and an empty body
+    server.play(empty_stream(), sse(words("A summary.", usage={"prompt_tokens": 50, "completion_tokens": 3})))
+    agent = We0Agent(make_model(server, context_window=256))
+    result = await agent.invoke(session_id="s", messages=[user_message("word " * 400)])  # ~500 tokens
+    assert result.result == "compact"  # the overflow was recognised, and compaction answered it
+    t = await agent.transcript("s")
+    assert t.messages[1].info.error.reason == "ContextWindowExceeded"
+    assert "empty stream" in t.messages[1].info.error.message
+
+
+async def test_tool_arguments_with_a_raw_newline_in_a_string_are_accepted(server):
+    # SmolLM2 on llama-cpp-python wrote a literal newline inside a JSON string argument
+    server.play(
+        sse([chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {
+            "name": "note", "arguments": '{"text": "line one\nline two"}'}}]}), chunk({}, "tool_calls")]),
+        sse(words("noted")),
+    )
+    notes: list[str] = []
+
+    @tool
+    def note(text: str) -> str:
+        """Write a note."""
+        notes.append(text)
+        return "ok"
+
+    result = await We0Agent(make_model(server), tools=[note]).invoke(session_id="s", messages=[user_message("x")])
+    assert result.text == "noted" and notes == ["line one\nline two"]

@@ -16,11 +16,12 @@ so ``mode="resume"`` continues.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from typing import Any, AsyncIterator, Callable, Optional, Union
 
 from .._extras import require
-from ..errors import ModelProviderError
+from ..errors import ContextWindowExceeded, ModelProviderError
 from .base import Model, ModelEvent, ModelRequest, OutputMode
 from .openai_errors import RetryPolicy, _CONTEXT_TEXT, is_context_length_error, translate  # noqa: F401
 from .openai_wire import ChunkAccumulator, NativeFormat, response_format, to_openai_messages, to_openai_tools
@@ -196,6 +197,8 @@ class OpenAIChatModel(Model):
                     for ev in acc.feed(chunk):
                         produced = True
                         yield ev
+                if acc.chunks == 0:
+                    self._check_fits(params)  # an empty stream may be an oversized prompt
                 for ev in acc.finish(self._where()):
                     yield ev
                 return
@@ -210,6 +213,20 @@ class OpenAIChatModel(Model):
                     await response.close()
             attempt += 1
             await asyncio.sleep(delay)
+
+    def _check_fits(self, params: dict[str, Any]) -> None:
+        """An empty stream from a request estimated over the context window is a context overflow.
+
+        llama-cpp-python checks the prompt's length inside the stream: an oversized prompt
+        gets HTTP 200 and an empty body (streamed), not its 400. Said so, compaction can answer it."""
+        if not self.context_window:
+            return
+        size = len(json.dumps(params["messages"], ensure_ascii=False)) + len(json.dumps(params.get("tools") or []))
+        estimate = size // 4
+        if estimate > self.context_window:
+            raise ContextWindowExceeded(
+                f"{self._where()} returned an empty stream for a request of about {estimate} tokens (estimated), "
+                f"more than the {self.context_window}-token context window of {self.model!r}")
 
     def _final_error(self, sdk: Any, exc: Exception, produced: bool, attempt: int) -> BaseException:
         err = translate(sdk, exc, produced=produced, where=self._where(), model=self.model)

@@ -119,7 +119,9 @@ class _PendingCall:
             value = {}
         else:
             try:
-                value = json.loads(raw)
+                # strict=False: a raw newline or tab inside a string (small models write them,
+                # llama.cpp's JSON grammar lets them through) is taken as that character
+                value = json.loads(raw, strict=False)
             except ValueError:
                 value = raw
             if not isinstance(value, dict):
