@@ -79,7 +79,10 @@ class LocalModelError(We0Error):
 def _installed(module: str) -> Any:
     """The import spec of a top-level module, found without importing it (llama_cpp loads a
     large native library: only the server process needs it)."""
-    spec = importlib.util.find_spec(module)
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a broken or blocked installation counts as missing
+        spec = None
     if spec is None:
         raise MissingExtraError(f"local_model() needs the {module!r} package, which is not installed: "
                                 'pip install "we0nb[local]"')
