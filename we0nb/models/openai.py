@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Callable, Optional, Union
 from .._extras import require
 from ..errors import ContextWindowExceeded, ModelProviderError
 from .base import Model, ModelEvent, ModelRequest, OutputMode
-from .openai_errors import RetryPolicy, _CONTEXT_TEXT, is_context_length_error, translate  # noqa: F401
+from .openai_errors import RetryPolicy, is_context_length_error, translate
 from .openai_wire import ChunkAccumulator, NativeFormat, response_format, to_openai_messages, to_openai_tools
 
 _openai: Any = None
