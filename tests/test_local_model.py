@@ -75,6 +75,7 @@ def test_sync_context_manager_starts_answers_and_stops():
     server = local_model()
     with server as model:
         pid, port = server.process.pid, server.port
+        assert server.log_path.exists()
         assert alive(pid) and port_open(port)
         assert model.base_url == f"http://127.0.0.1:{port}/v1" and model.context_window == server.n_ctx
         assert (model.output_mode, model.native_format) == ("native", "json_object")
@@ -86,6 +87,7 @@ def test_sync_context_manager_starts_answers_and_stops():
         client.close()
         assert reply.choices[0].finish_reason in ("stop", "length")
     assert not alive(pid) and not port_open(port) and server.process is None
+    assert server.log_path is None  # a clean stop leaves no log file behind
 
 
 @pytest.mark.real_model
@@ -108,7 +110,9 @@ def test_a_server_that_cannot_start_is_explained_and_gone(tmp_path):
     server = LocalModel(model_path=bogus, startup_timeout=60)
     with pytest.raises(LocalModelError, match="exited with code") as info:
         server.start()
-    assert "log" in str(info.value) and server.process is None
+    assert server.process is None and server.log_path.exists()  # kept: the error points to it
+    assert str(server.log_path) in str(info.value)
+    server.log_path.unlink()
 
 
 def _child(script: str) -> subprocess.Popen:

@@ -173,6 +173,8 @@ class LocalModel:
                 self._spawn()
         try:
             await asyncio.to_thread(self._wait_ready)
+        except LocalModelError:
+            raise  # (stopped, its log kept for the reader)
         except BaseException:
             self.stop()
             raise
@@ -184,6 +186,8 @@ class LocalModel:
         path = self.model_path or bundled_model_path()
         if self.port is None:
             self.port = _free_port(self.host)
+        if self.log_path is not None:  # a restart: the dead server's log goes
+            self.log_path.unlink(missing_ok=True)
         fd, log = tempfile.mkstemp(prefix="we0nb-local-model-", suffix=".log")
         self.log_path = Path(log)
         args = ["--model", str(path), "--model_alias", MODEL_NAME, "--host", self.host, "--port", str(self.port),
@@ -203,7 +207,7 @@ class LocalModel:
         assert proc is not None
         while True:
             if proc.poll() is not None:
-                self.stop()
+                self.stop(keep_log=True)
                 raise LocalModelError(f"The local model server exited with code {proc.returncode} while "
                                       f"starting: {self._log_tail()} (full log: {self.log_path})")
             try:
@@ -213,7 +217,7 @@ class LocalModel:
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                self.stop()
+                self.stop(keep_log=True)
                 raise LocalModelError(f"The local model server did not answer within {self.startup_timeout:g} s "
                                       f"(log: {self.log_path}); pass local_model(startup_timeout=...) on a slow "
                                       "machine.")
@@ -239,20 +243,23 @@ class LocalModel:
 
     # ------------------------------------------------------------------ stop
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after ``timeout`` s). Safe to call twice."""
+    def stop(self, timeout: float = 5.0, *, keep_log: bool = False) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after ``timeout`` s) and delete its log
+        (kept with ``keep_log``, as after a failed start). Safe to call twice."""
         proc, self.process = self.process, None
         _LIVE.discard(self)
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        except ProcessLookupError:  # pragma: no cover - gone in between
-            pass
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            except ProcessLookupError:  # pragma: no cover - gone in between
+                pass
+        if not keep_log and self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
+            self.log_path = None
 
     async def astop(self, timeout: float = 5.0) -> None:
         """:meth:`stop` without blocking the event loop; also closes the model's HTTP client."""
@@ -265,6 +272,8 @@ class LocalModel:
     def __enter__(self) -> Any:
         try:
             return self.start()
+        except LocalModelError:
+            raise  # (stopped, its log kept for the reader)
         except BaseException:
             self.stop()
             raise
