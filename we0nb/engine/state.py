@@ -17,7 +17,7 @@ from ..tools import AnyToolDefinition, ToolPolicy
 from .abort import AbortScope
 from .history import HistoryCache
 from .request import RunRequest
-from .toolset import ToolTable
+from .toolset import ToolTable, Toolset
 from .writer import Writer
 
 __all__ = ["RunState", "AgentSettings"]
@@ -28,6 +28,7 @@ class AgentSettings(Protocol):
 
     model: Model
     persistence: Persistence
+    toolset: Toolset
     tools_by_name: Mapping[str, AnyToolDefinition]
     tool_schemas: tuple[ToolSchema, ...]
     system_prompt: Optional[str]
