@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..persistence.sql.columns import CATEGORIES
 
-__all__ = ["ROLES", "PART_TYPES", "STATUSES", "INTERRUPT_REASONS", "OUTCOMES", "FIXED_CATEGORIES",
+__all__ = ["ROLES", "PART_TYPES", "STATUSES", "INTERRUPT_REASONS", "APPROVALS", "OUTCOMES", "FIXED_CATEGORIES",
            "SESSION_COLUMNS", "MESSAGE_COLUMNS", "PART_COLUMNS", "TOOL_CALL_COLUMNS",
            "TIME_DTYPE", "TD_DTYPE", "convert", "build"]
 
@@ -25,6 +25,8 @@ ROLES = CATEGORIES["role"]
 PART_TYPES = CATEGORIES["type"]
 STATUSES = CATEGORIES["status"]
 INTERRUPT_REASONS = CATEGORIES["interrupt_reason"]
+#: a call's approval: awaiting a person's decision, approved or denied (NA: it needed none)
+APPROVALS = CATEGORIES["approval"]
 #: what became of a finished tool call (see :data:`TOOL_CALL_COLUMNS`)
 OUTCOMES = ("keep", "recall", "interrupt")
 FIXED_CATEGORIES = {**CATEGORIES, "outcome": OUTCOMES}
@@ -90,6 +92,10 @@ TOOL_CALL_COLUMNS: dict[str, Any] = {
     "interrupted": "bool",
     "interrupt_reason": "cat:interrupt_reason",
     "recalled": "bool",
+    "approval": "cat:approval",
+    "approval_reason": "str",
+    "approved_input": "json",
+    "decided": "time",
     "metadata": "json",
     "start": "time",
     "end": "time",

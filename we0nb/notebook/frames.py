@@ -35,7 +35,7 @@ Conventions: stable id columns (``session_id``, ``message_id``, ``part_id``) in 
 frame so they join; a 1-based ``order`` (messages within their session, parts within
 their message, tool calls within their session); tz-aware UTC datetimes
 (``datetime64[us, UTC]``); durations as ``timedelta64[us]``; categoricals for role, part
-type, status, tool, interrupt reason and outcome; nullable ``Int64`` for tokens; the
+type, status, tool, interrupt reason, outcome and approval; nullable ``Int64`` for tokens; the
 ``string`` dtype for text; nested JSON (tool input, metadata) as compact JSON strings (as
 pydantic writes them, non-ASCII kept). Rows are sorted by session id (code-point order),
 then history order (ids sort in creation order).
@@ -61,7 +61,7 @@ import pandas as pd
 from ..persistence.sql.columns import CorruptRow, SqlReader, open_reader, persistence_of
 from ..persistence.sql.tables import message_columns, part_columns
 from .frame_types import (
-    MESSAGE_COLUMNS, PART_COLUMNS, SESSION_COLUMNS, STATUSES, TD_DTYPE, TIME_DTYPE, TOOL_CALL_COLUMNS, build, convert,
+    APPROVALS, MESSAGE_COLUMNS, PART_COLUMNS, SESSION_COLUMNS, STATUSES, TD_DTYPE, TIME_DTYPE, TOOL_CALL_COLUMNS, build, convert,
 )
 
 __all__ = [
@@ -225,9 +225,20 @@ def _port_parts(p: Any, ids, since, until, tools_only: bool) -> dict[str, list]:
                 meta = getattr(st, "metadata", None)
                 row.update(input=_dump(st.input), output=getattr(st, "output", None),
                            error=getattr(st, "error", None), metadata=_dump(meta) if meta is not None else None)
+                row.update(_approval_columns(part))
             for k in names:
                 raw[k].append(row[k])
     return raw
+
+
+def _approval_columns(part: Any) -> dict[str, Any]:
+    """The approval columns of a tool call, as the SQL route reads them off its document."""
+    approval, detail = part.approval, part.approval_detail
+    if detail is None:
+        return {"approval": approval, "approval_reason": None, "approved_input": None, "decided": None}
+    reason = None if approval is None else detail.reason if approval == "denied" else detail.why
+    return {"approval": approval, "approval_reason": reason,
+            "approved_input": _dump(detail.input) if detail.input is not None else None, "decided": detail.decided}
 
 
 # --------------------------------------------------------------------------- public views
@@ -284,7 +295,8 @@ def tool_calls_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = No
     """One row per tool call: what people read first, then times, then the ids that join.
 
     Columns: ``tool``, ``status``, ``outcome``, ``input`` (JSON), ``output``, ``error``,
-    ``duration``, ``interrupted``, ``interrupt_reason``, ``recalled``, ``metadata`` (JSON),
+    ``duration``, ``interrupted``, ``interrupt_reason``, ``recalled``, ``approval``,
+    ``approval_reason``, ``approved_input`` (JSON), ``decided``, ``metadata`` (JSON),
     ``start``, ``end``, ``session_id``, ``order``, ``message_id``, ``part_id``, ``call_id``.
 
     ``outcome`` says what became of a finished call (status completed or error):
@@ -319,6 +331,9 @@ SUMMARY_COLUMNS: dict[str, str] = {
     "errors": "int64",
     "interrupts": "int64",
     "recalls": "int64",
+    "requested": "int64",
+    "approved": "int64",
+    "denied": "int64",
     "wall_time": TD_DTYPE,
     "step_time": TD_DTYPE,
     "tool_time": TD_DTYPE,
@@ -338,6 +353,8 @@ def session_summary(p: Any, session_id: SessionIds = None, *, since: TimeLike = 
     * ``pending``/``running``/``completed``/``error`` — tool calls by status;
       ``errors`` — failed calls (status error, not interrupted); ``interrupts`` —
       interrupted calls; ``recalls`` — calls a resume executed again.
+    * ``requested``/``approved``/``denied`` — tool calls by ``approval``: awaiting a
+      person's decision, approved, denied (their sum: the calls that needed approval).
     * ``wall_time`` — first message created → last message completed (or created);
       ``step_time`` / ``tool_time`` — summed step and tool-call durations.
     * tokens — summed over steps (``<NA>`` for a session without steps).
@@ -368,6 +385,9 @@ def session_summary(p: Any, session_id: SessionIds = None, *, since: TimeLike = 
     out["errors"] = failed.groupby(calls["session_id"]).sum()
     out["interrupts"] = calls["interrupted"].groupby(calls["session_id"]).sum()
     out["recalls"] = calls["recalled"].groupby(calls["session_id"]).sum()
+    by_approval = calls.groupby(["session_id", "approval"], observed=False).size().unstack("approval")
+    for value in APPROVALS:
+        out[value] = by_approval[value] if value in by_approval else 0
     last = msgs["completed"].fillna(msgs["created"])
     mg = msgs.assign(_last=last).groupby("session_id", sort=False)
     out["wall_time"] = mg["_last"].max() - mg["created"].min()

@@ -16,7 +16,8 @@ import pandas as pd
 
 from .frames import SessionIds, TimeLike, messages_df, tool_calls_df
 
-__all__ = ["plot_timeline", "plot_tools", "STEP_COLORS", "TOOL_COLORS", "tool_outcome", "THEME", "INK"]
+__all__ = ["plot_timeline", "plot_tools", "STEP_COLORS", "TOOL_COLORS", "APPROVAL_COLOR", "tool_outcome", "THEME",
+           "INK"]
 
 #: colours by status (colour-blind-safe Okabe–Ito palette)
 TOOL_COLORS = {
@@ -32,6 +33,8 @@ STEP_COLORS = {
     "recovered": "#CC79A7",
     "unfinished": "#999999",
 }
+#: the wait for a person's decision on a call that needed approval
+APPROVAL_COLOR = "#F0E442"
 OUTCOMES = ("completed", "error", "interrupted", "unfinished")
 _OUTCOME_COLORS = {"completed": TOOL_COLORS["completed"], "error": TOOL_COLORS["error"],
                    "interrupted": TOOL_COLORS["interrupted"], "unfinished": TOOL_COLORS["pending"]}
@@ -100,12 +103,17 @@ def _call_status(call: pd.Series) -> str:
 
 
 class _Clock:
-    """Seconds since the session's first message; the end of the plot for what never ended."""
+    """Seconds since the session's first message; the end of the plot for what never ended
+    (now, while a call awaits a decision: the wait goes on)."""
 
     def __init__(self, msgs: pd.DataFrame, calls: pd.DataFrame):
         self.t0 = msgs["created"].min()
-        times = pd.concat([msgs["created"], msgs["completed"], calls["start"], calls["end"]]).dropna()
-        self.end = (times.max() - self.t0).total_seconds()
+        times = pd.concat([msgs["created"], msgs["completed"], calls["start"], calls["end"],
+                           calls["decided"]]).dropna()
+        last = times.max()
+        if (calls["approval"] == "requested").any():
+            last = max(last, pd.Timestamp.now(tz="UTC"))
+        self.end = (last - self.t0).total_seconds()
         self.min_width = max(self.end, 1e-3) * 0.004   # the thinnest bar that still shows
 
     def __call__(self, ts: Any) -> float:
@@ -120,6 +128,16 @@ def _step_bar(ax: Any, lane: int, m: pd.Series, clock: _Clock) -> float:
     ax.barh(lane, max(right - left, clock.min_width), left=left, height=0.7, color=STEP_COLORS[status],
             edgecolor=INK, linewidth=0.4, hatch="//" if status == "unfinished" else None)
     return left
+
+
+def _wait_bar(ax: Any, lane: int, c: pd.Series, step_end: float, clock: _Clock) -> float:
+    """The wait for a person's decision: from the end of the step that asked (the run stopped
+    there) to the decision, or to the end of the plot (hatched) while it awaits. Returns its end."""
+    awaiting = pd.isna(c["decided"])
+    end = clock.end if awaiting else clock(c["decided"])
+    ax.barh(lane, max(end - step_end, clock.min_width), left=step_end, height=0.5, color=APPROVAL_COLOR,
+            edgecolor=INK, linewidth=0.4, hatch="xx" if awaiting else None)
+    return end
 
 
 def _call_bar(ax: Any, lane: int, c: pd.Series, step_start: float, clock: _Clock) -> None:
@@ -145,9 +163,14 @@ def _timeline_lanes(ax: Any, msgs: pd.DataFrame, calls: pd.DataFrame, clock: _Cl
             ax.axvline(clock(m["created"]), color=INK, linestyle="--", linewidth=0.8, zorder=0)
             continue
         step_start = _step_bar(ax, len(labels), m, clock)
+        step_end = step_start if pd.isna(m["completed"]) else clock(m["completed"])
         labels.append(f"step {sum(1 for x in labels if x.startswith('step')) + 1}")
         for _, c in by_msg.get(m["message_id"], pd.DataFrame()).iterrows():
-            _call_bar(ax, len(labels), c, step_start, clock)
+            lane_start, approval = step_start, None if pd.isna(c["approval"]) else c["approval"]
+            if approval is not None:
+                lane_start = _wait_bar(ax, len(labels), c, step_end, clock)
+            if not (approval == "requested" and c["status"] == "pending"):  # awaiting: only the wait
+                _call_bar(ax, len(labels), c, lane_start, clock)
             labels.append(f"  {c['tool']}")
     return labels
 
@@ -161,6 +184,7 @@ def _timeline_frame(ax: Any, labels: list[str], title: str) -> None:
     ax.set_title(title)
     handles = [Patch(facecolor=c, edgecolor=INK, label=f"step {k}") for k, c in STEP_COLORS.items()]
     handles += [Patch(facecolor=c, edgecolor=INK, label=f"tool {k}") for k, c in TOOL_COLORS.items()]
+    handles.append(Patch(facecolor=APPROVAL_COLOR, edgecolor=INK, label="approval wait"))
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)
     ax.grid(axis="x", alpha=0.3)
 
@@ -172,7 +196,9 @@ def plot_timeline(p: Any, session_id: str, *, ax: Any = None, title: Optional[st
     One lane per step (model call: created → completed; an unfinished step runs to the
     end of the plot, hatched) followed by one lane per tool call of that step (start →
     end; a call that never started is a thin bar at the time it ended, an unfinished one
-    runs to the end, hatched; recalled calls are dotted). User messages are dashed
+    runs to the end, hatched; recalled calls are dotted). A call that needed a person's
+    approval first shows the wait for the decision (yellow: from the end of the step that
+    asked to the decision; while it still awaits, hatched, to now). User messages are dashed
     vertical lines. The x axis is seconds since the session's first message.
     ``theme="both"`` (default) draws mid-grey on a transparent background, readable on
     light and dark notebook themes; ``theme=None`` keeps your matplotlib style.

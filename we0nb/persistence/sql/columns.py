@@ -48,6 +48,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "type": ("text", "reasoning", "tool", "step-start", "step-finish", "compaction"),
     "status": ("pending", "running", "completed", "error"),
     "interrupt_reason": ("resume", "prompt", "blocked"),
+    "approval": ("requested", "approved", "denied"),
 }
 
 _CHUNK = 4_096  # rows per fetch: a chunk's row tuples stay in cache until converted
@@ -225,7 +226,8 @@ class SqlReader:
               tools_only: bool = False) -> Fetched:
         """Parts: ids, type, tool, status, start, end and text (a text/reasoning part's text, a
         compaction's summary). ``tools_only``: tool parts, with call_id, the interrupt/recall
-        flags and input/metadata (compact JSON text), output and error instead of type/text."""
+        flags and input/metadata (compact JSON text), output and error instead of type/text,
+        and the approval columns (see :meth:`_approval_docs`)."""
         import sqlalchemy as sa
 
         p, m = T.parts, T.messages
@@ -236,7 +238,8 @@ class SqlReader:
             q.flat += [("call_id", p.c.call_id), ("interrupted", p.c.interrupted),
                        ("interrupt_reason", p.c.interrupt_reason), ("recalled", p.c.recalled)]
             q.docs = [self._member("input", ("state", "input"), True), self._member("output", ("state", "output")),
-                      self._member("error", ("state", "error")), self._member("metadata", ("state", "metadata"), True)]
+                      self._member("error", ("state", "error")), self._member("metadata", ("state", "metadata"), True),
+                      *self._approval_docs()]
             # ``type || ''`` keeps SQLite from walking ix_we0_parts_tool and looking rows up in
             # index order (random reads): a sequential scan is ~1.5x cheaper; a session filter
             # still uses the session index, and PostgreSQL plans it the same way
@@ -258,6 +261,30 @@ class SqlReader:
 
     def _member(self, name: str, path: tuple[str, ...], as_json: bool = False) -> _Doc:
         return _Doc(name, self._extract(path, as_json), lambda d: _json_member(d, path, as_json), True)
+
+    def _approval_docs(self) -> list[_Doc]:
+        """A tool call's approval, read from its document (no flat column holds it).
+
+        ``approval``; ``approval_reason`` (the reason a person gave with a denial, else why
+        the call needed approval); ``approved_input`` (the arguments a person corrected when
+        approving, compact JSON); ``decided`` (epoch seconds of the decision).
+        """
+        import sqlalchemy as sa
+
+        approval = self._extract(("approval",))
+        reason = None
+        if approval is not None:
+            reason = sa.case((approval == "denied", self._extract(("approval_detail", "reason"))),
+                             (approval.is_not(None), self._extract(("approval_detail", "why"))), else_=sa.null())
+        path = ("approval_detail", "input")
+        approved = self._extract(path, True)
+        if self.dialect == "postgresql":  # a JSON null is SQL NULL (as on SQLite), not the text 'null'
+            approved = sa.case((self._extract(path).is_(None), sa.null()), else_=approved)
+        decided = _extract_number(self.dialect, T.parts.c.data, ("approval_detail", "decided"))
+        return [self._member("approval", ("approval",)),
+                _Doc("approval_reason", reason, _approval_reason, True),
+                _Doc("approved_input", approved, lambda d: _json_member(d, path, True), True),
+                _Doc("decided", decided, lambda d: _number(d, ("approval_detail", "decided")), True)]
 
     def _has_nul(self, data: Any) -> Any:
         import sqlalchemy as sa
@@ -404,6 +431,16 @@ def _extract(dialect: str, col: Any, path: Sequence[str], as_json: bool) -> Any:
     return None  # read ``data`` and extract in Python (other databases)
 
 
+def _extract_number(dialect: str, col: Any, path: Sequence[str]) -> Any:
+    """A numeric JSON member as a double (None: a dialect read in Python)."""
+    import sqlalchemy as sa
+
+    e = _extract(dialect, col, path, False)
+    if e is None or dialect == "sqlite":
+        return e  # json_extract gives a REAL for a JSON number
+    return sa.cast(e, sa.Float)
+
+
 def _dump(obj: Any) -> str:
     import pydantic_core
 
@@ -417,6 +454,21 @@ def _json_member(doc: dict, path: Sequence[str], as_json: bool) -> Optional[str]
     if v is None:
         return None
     return v if isinstance(v, str) and not as_json else _dump(v)
+
+
+def _number(doc: dict, path: Sequence[str]) -> Optional[float]:
+    v: Any = doc
+    for k in path:
+        v = v.get(k) if isinstance(v, dict) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _approval_reason(doc: dict) -> Optional[str]:
+    """The reason a person gave with a denial, else why the call needed approval (None: no approval)."""
+    approval = doc.get("approval")
+    if approval is None:
+        return None
+    return _json_member(doc, ("approval_detail", "reason" if approval == "denied" else "why"), False)
 
 
 def _part_text(doc: dict) -> Optional[str]:
