@@ -13,6 +13,11 @@ consumed — and a click on a registered Abort button aborts the run right there
 message then joins the queue as before; when its turn comes the button's handler sees
 that this click was already handled (:func:`handled`) and does nothing.
 
+The Approve and Deny buttons of the approval rows are registered the same way, and so are
+their text boxes (:func:`register_state`): an edit of the arguments is an ``update``
+message queued behind the running cell too, so its value is read as it arrives and the
+click that follows it uses what the person typed.
+
 A blocking cell (``time.sleep``, a sync call) holds the loop itself: no version can
 handle a click then, and the click waits until that cell ends.
 """
@@ -27,12 +32,14 @@ import weakref
 from functools import partial
 from typing import Any, Callable, Optional
 
-__all__ = ["install", "register", "unregister", "handled", "click_time", "kernel_version"]
+__all__ = ["install", "register", "register_state", "unregister", "handled", "click_time", "kernel_version"]
 
 log = logging.getLogger(__name__)
 
 #: comm id of an Abort button -> weak reference to the callback taking the click's header
 _targets: dict[str, Callable[[], Optional[Callable[[dict], None]]]] = {}
+#: comm id of a text box -> weak reference to the callback taking its new state (``update`` messages)
+_states: dict[str, Callable[[], Optional[Callable[[dict], None]]]] = {}
 #: msg ids of clicks already handled on arrival (their queued copies are skipped)
 _early: set[str] = set()
 
@@ -58,14 +65,24 @@ def kernel_version() -> Optional[tuple[int, ...]]:
     return tuple(parts)
 
 
+def _ref(fn: Callable[..., None]) -> Callable[[], Optional[Callable[..., None]]]:
+    return weakref.WeakMethod(fn) if hasattr(fn, "__self__") else (lambda: fn)
+
+
 def register(comm_id: str, on_click: Callable[[dict], None]) -> None:
     """Call ``on_click(header)`` as soon as a click on the widget ``comm_id`` arrives."""
-    ref = weakref.WeakMethod(on_click) if hasattr(on_click, "__self__") else (lambda: on_click)
-    _targets[comm_id] = ref
+    _targets[comm_id] = _ref(on_click)
+
+
+def register_state(comm_id: str, on_state: Callable[[dict], None]) -> None:
+    """Call ``on_state(state)`` as soon as a state update of the widget ``comm_id`` arrives
+    (a text box edited while another cell runs); the update itself is still applied in turn."""
+    _states[comm_id] = _ref(on_state)
 
 
 def unregister(comm_id: str) -> None:
     _targets.pop(comm_id, None)
+    _states.pop(comm_id, None)
 
 
 def handled(header: Optional[dict]) -> bool:
@@ -93,7 +110,7 @@ def click_time(header: Optional[dict]) -> float:
 
 
 def _peek(session: Any, msg_list: list) -> None:
-    if not _targets:
+    if not _targets and not _states:
         return
     _idents, frames = session.feed_identities(msg_list, copy=False)
     raw = [getattr(f, "bytes", f) for f in frames[:5]]
@@ -106,6 +123,12 @@ def _peek(session: Any, msg_list: list) -> None:
         return
     content = session.unpack(raw[4])
     data = content.get("data") or {}
+    if data.get("method") == "update":
+        ref = _states.get(content.get("comm_id"))
+        on_state = ref() if ref is not None else None
+        if on_state is not None and isinstance(data.get("state"), dict):
+            on_state(data["state"])
+        return
     if data.get("method") != "custom" or (data.get("content") or {}).get("event") != "click":
         return
     ref = _targets.get(content.get("comm_id"))

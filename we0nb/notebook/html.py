@@ -34,6 +34,7 @@ __all__ = [
     "tool_table_html",
     "status_badge",
     "outcome_badge",
+    "approval_badge",
     "inline_styles",
     "INLINE",
 ]
@@ -110,15 +111,63 @@ def _kv(rows: Iterable[tuple[str, str]]) -> str:
 # --------------------------------------------------------------------------- tool parts
 
 
+def _denied(part: Any) -> bool:
+    """The call ended as a person's denial (it never ran)."""
+    st = part.state
+    return st.status == "error" and st.metadata.get("denied") is True
+
+
 def _tool_status(part: Any, cut: bool = False) -> tuple[str, str]:
     """(css status, label) of a ToolPart. ``cut``: the run was aborted, so an unfinished call
-    is shown as the store holds it: cut at the abort, to be decided by a resume."""
+    is shown as the store holds it: cut at the abort, to be decided by a resume. A call that
+    waits for a person is not cut: it waits for the decision, whatever stopped the run."""
     status = getattr(part.state, "status", "pending")
     if part.interrupted:
         return "interrupted", f"interrupted ({part.interrupt_reason or '?'})"
+    if getattr(part, "awaiting_approval", False):
+        return "awaiting", "awaiting approval"
+    if _denied(part):
+        return "denied", "denied"
     if cut and status in ("pending", "running"):
         return "unfinished", f"{status} at abort"
     return status, status
+
+
+def approval_badge(part: Any) -> str:
+    """A person's decision on a call, as a badge of the same size as the others ("" when none, or
+    when the status badge already says it: awaiting approval, denied)."""
+    approval = getattr(part, "approval", None)
+    if approval == "approved":
+        return f"<span class='we0-badge we0-o-approved'>{'approved, edited' if _edited(part) else 'approved'}</span>"
+    if approval == "denied" and not _denied(part):
+        return "<span class='we0-badge we0-o-denied'>denied</span>"
+    return ""
+
+
+def _edited(part: Any) -> bool:
+    detail = getattr(part, "approval_detail", None)
+    return detail is not None and detail.input is not None
+
+
+def _approval_note(part: Any) -> str:
+    """Why the call needs approval, the reason of a denial, the corrected arguments (escaped)."""
+    approval, detail = getattr(part, "approval", None), getattr(part, "approval_detail", None)
+    if approval is None or detail is None:
+        return ""
+    bits = []
+    if approval == "requested" and part.awaiting_approval:
+        bits.append(f"why: {esc(detail.why)}" if detail.why else "a person must approve or deny it")
+    elif approval == "denied":
+        bits.append(f"denied: {esc(detail.reason)}" if detail.reason else "denied without a reason")
+        if part.state.status == "pending":
+            bits.append("a resume tells the model")
+    elif approval == "approved":
+        if detail.input is not None:
+            bits.append(f"arguments corrected by a person; the model asked for "
+                        f"<span class='we0-mono'>{esc(_json(detail.original_input))}</span>")
+        if part.state.status == "pending":
+            bits.append("a resume runs it")
+    return f"<div class='we0-note'>{' · '.join(bits)}</div>" if bits else ""
 
 
 _OUTCOME_LABELS = {"keep": "kept", "recall": "recalled"}
@@ -189,11 +238,13 @@ def tool_row_html(part: Any, recovery: Optional[str] = None, *, kept: bool = Fal
     if is_err:
         out_html = f"<span class='{'we0-warn' if status == 'interrupted' else 'we0-err'}'>{out_html}</span>"
     outcome = _outcome(part, recovery, kept)
-    badges = status_badge(status, label) + (" " + outcome_badge(outcome) if outcome else "")
+    badges = " ".join(b for b in (status_badge(status, label), outcome_badge(outcome) if outcome else "",
+                                  approval_badge(part)) if b)
     note = ("<div class='we0-note'>resume decides: run again if read-only, else interrupted</div>"
-            if status == "unfinished" and cut else "")
+            if status == "unfinished" and cut else "") + _approval_note(part)
     shown = "interrupted" if part.interrupted else st.status  # as stored
-    return (f"<tr data-status='{esc(shown)}'><td class='we0-cell'><code>{esc(part.tool)}</code>"
+    approval = f" data-approval='{esc(part.approval)}'" if getattr(part, "approval", None) else ""
+    return (f"<tr data-status='{esc(shown)}'{approval}><td class='we0-cell'><code>{esc(part.tool)}</code>"
             f"<div class='we0-note we0-mono we0-id'>{esc(part.call_id)}</div></td>"
             f"<td class='we0-cell we0-io we0-mono'>{_clip_html(_tool_input(part))}</td>"
             f"<td class='we0-cell'>{badges}{note}</td>"
@@ -361,13 +412,15 @@ def _fragment(obj: Any) -> str:
     cls = type(obj).__name__
     if cls == "RunResult":
         u = obj.usage
-        rows = [("result", status_badge("finished" if obj.result == "stop" else "compact", obj.result)),
+        kind = {"stop": "finished", "approval": "awaiting"}.get(obj.result, "compact")
+        rows = [("result", status_badge(kind, obj.result)),
                 ("session", f"<code>{esc(obj.session_id)}</code>"), ("steps", esc(obj.steps)),
                 ("tokens", esc(f"{u.input_tokens} in / {u.output_tokens} out"))]
         if obj.output is not None:
             rows.append(("output", f"<span class='we0-mono'>{_clip_html(_json(_dump(obj.output)))}</span>"))
         text = f"<div class='we0-text'>{esc(obj.text)}</div>" if obj.text else ""
-        return f"<div><span class='we0-role'>run result</span></div>{_kv(rows)}{text}"
+        waiting = tool_table_html(obj.approvals) if getattr(obj, "approvals", None) else ""
+        return f"<div><span class='we0-role'>run result</span></div>{_kv(rows)}{text}{waiting}"
     if cls == "RunRequest":
         rows = [("mode", esc(obj.mode)), ("session", f"<code>{esc(obj.session_id)}</code>"
                                           + (" <span class='we0-muted'>(new)</span>" if obj.new_session else "")),
@@ -402,8 +455,22 @@ def _tool_line(part: Any) -> str:
     out, is_err = _tool_result(part)
     # no duration here: the plain text stays deterministic (nbval compares it)
     tail = f" -> {_clip(out, 120)!r}" if out else ""
-    extra = " [recalled]" if part.recalled else ""
+    extra = (" [recalled]" if part.recalled else "") + _approval_text(part)
     return f"tool {part.tool}({_clip(_tool_input(part), 120)}) {label}{extra}{tail}"
+
+
+def _approval_text(part: Any) -> str:
+    """The approval facts of a call in the plain-text line (deterministic: no times)."""
+    approval, detail = getattr(part, "approval", None), getattr(part, "approval_detail", None)
+    if approval is None:
+        return ""
+    if part.awaiting_approval:
+        return f" (why: {_clip(detail.why, 120)})" if detail is not None and detail.why else ""
+    if approval == "approved":
+        return " [approved, arguments corrected]" if _edited(part) else " [approved]"
+    if approval == "denied" and not _denied(part):
+        return " [denied]"
+    return ""
 
 
 def _part_line(part: Any, limit: Optional[int] = PLAIN_TEXT_LIMIT) -> Optional[str]:
@@ -474,7 +541,8 @@ def render_text(obj: Any) -> str:
     cls = type(obj).__name__
     if cls == "RunResult":
         out = f", output={_clip(_json(_dump(obj.output)), 200)}" if obj.output is not None else ""
-        return f"RunResult(result={obj.result!r}, steps={obj.steps}{out}): {_clip(obj.text, PLAIN_TEXT_LIMIT)}"
+        head = f"RunResult(result={obj.result!r}, steps={obj.steps}{out}): {_clip(obj.text, PLAIN_TEXT_LIMIT)}"
+        return "\n".join([head] + [f"  awaiting: {_tool_line(p)}" for p in getattr(obj, "approvals", None) or ()])
     if cls == "RunRequest":
         n = len(obj.messages or ())
         return f"RunRequest(mode={obj.mode!r}, session_id={obj.session_id!r}, messages={n})"

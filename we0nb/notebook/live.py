@@ -32,6 +32,16 @@ TRUNCATED = ("Truncated: the last reply was cut at the token limit (finish_reaso
 
 Bundle = dict[str, str]
 
+#: the view's status label when its run ended with calls waiting for a person's decision
+APPROVAL_LABEL = "awaiting approval"
+
+
+def approval_sentence(n: int) -> str:
+    """What a run that ended with ``result == "approval"`` leaves to a person."""
+    calls = "1 call awaits" if n == 1 else f"{n} calls await"
+    return (f"{calls} a person's decision: approve or deny (the panel's buttons, agent.approve / agent.deny, "
+            "or `we0nb approve` / `we0nb deny`); once all are decided, resume continues the turn.")
+
 
 @dataclass
 class _Buf:
@@ -279,7 +289,7 @@ class LiveView:
         elif typ == "step-finish":
             msg = ev["message"]
             self._turn(msg.id, msg)
-        elif typ == "compaction":
+        elif typ == "compaction" or typ == "approval-request":
             self._upsert_part(ev["part"])
         elif typ == "finish":
             self.result = ev.get("result")
@@ -325,8 +335,13 @@ class LiveView:
         end = self._ended_at if self._ended_at is not None else self._clock()
         return end - self._started_at
 
+    @property
+    def awaiting(self) -> list[Any]:
+        """The calls the last run left waiting for a person's decision (its result's approvals)."""
+        return list(getattr(self.result, "approvals", None) or ()) if self.status == "approval" else []
+
     def _head_html(self) -> str:
-        bits = [H.status_badge(self.status)]
+        bits = [H.status_badge(self.status, APPROVAL_LABEL if self.status == "approval" else None)]
         if self.title:
             bits.append(f"<span class='we0-title'>{H.esc(self.title)}</span>")
         if self.session_id:
@@ -362,7 +377,9 @@ class LiveView:
                        "the abort stay as they were stored until a resume decides them.</div>")
         if self.error is not None:
             out.append(f"<div class='we0-err'>{H.esc(type(self.error).__name__)}: {H.esc(self.error)}</div>")
-        if self.result is not None and self.status == "finished":
+        if self.awaiting:
+            out.append(f"<div class='we0-note we0-warn'>{H.esc(approval_sentence(len(self.awaiting)))}</div>")
+        if self.result is not None and self.status in ("finished", "approval"):
             r = self.result
             out.append(f"<div class='we0-note'>result {H.esc(r.result)} · {H.esc(r.steps)} step(s) · "
                        f"tokens {H.esc(r.usage.input_tokens)} in / {H.esc(r.usage.output_tokens)} out</div>")
@@ -386,6 +403,8 @@ class LiveView:
             lines.append("recovery: " + "; ".join(self.recovery_log))
         if self.status == "aborted":
             lines.append("aborted: everything so far is persisted; unfinished calls wait for a resume")
+        if self.awaiting:
+            lines.append(approval_sentence(len(self.awaiting)))
         if self.error is not None:
             lines.append(f"error: {type(self.error).__name__}: {self.error}")
         if getattr(self.result, "truncated", False):
@@ -422,7 +441,7 @@ class LiveView:
         except BaseException as exc:
             self.close("failed", exc)
             raise
-        self.close("finished")
+        self.close("approval" if getattr(self.result, "result", None) == "approval" else "finished")
         return self.result
 
 
@@ -434,8 +453,16 @@ async def show(source: Any, prompt: Optional[str] = None, *, display: Optional[C
     ``source`` is the async iterator of ``agent.stream(...)``, or an agent: then
     ``prompt`` (a string) and/or ``stream_kwargs`` (``session_id=``, ``mode=``,
     ``abort=``, ``messages=``) are passed to ``agent.stream()``.
+
+    A run that ends with calls awaiting a person's decision (``result == "approval"``)
+    shows them in the view; with an agent as ``source`` (in a kernel), Approve / Deny
+    buttons follow below — a :class:`~we0nb.notebook.RunPanel` on the session, whose
+    resumed run continues in this same view. (A bare stream does not know its agent: the
+    view then says how to decide.)
     """
+    agent = None
     if hasattr(source, "stream") and hasattr(source, "persistence"):
+        agent = source
         if prompt is not None:
             if "messages" in stream_kwargs:
                 raise TypeError("show(agent, prompt, messages=...): pass either a prompt or messages, not both.")
@@ -453,4 +480,17 @@ async def show(source: Any, prompt: Optional[str] = None, *, display: Optional[C
     view = LiveView(interval=interval, display=display, handle=handle, title=title,
                     max_bytes_per_s=max_bytes_per_s)
     view.start()
-    return await view.consume(stream)
+    result = await view.consume(stream)
+    if agent is not None and view.awaiting and _in_kernel():
+        _approval_panel(agent, view)
+    return result
+
+
+def _approval_panel(agent: Any, view: LiveView) -> Any:
+    """The Approve / Deny rows for the calls ``view``'s run left awaiting, displayed below it."""
+    from .panel import RunPanel
+
+    panel = RunPanel(agent, view.session_id, check=False, view=view)
+    panel._await_decisions(view.awaiting)
+    panel.display_controls()
+    return panel

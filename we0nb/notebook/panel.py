@@ -17,6 +17,11 @@ Panels on one session know each other: a run started in one waits for the run go
 in another (two ``%%we0`` cells in a row queue), and an older panel's Resume is disabled
 once a newer one runs the session. Resume first reads the store: a session whose turn is
 over is not run again.
+
+A run that ends with calls awaiting a person's decision (``result == "approval"``), or a
+panel opened on a session whose calls await one (after a kernel restart, say), shows one
+row per call with Approve / Deny (:mod:`we0nb.notebook.approvals`); when no call is left
+undecided the panel resumes the run.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ import weakref
 from typing import Any, Callable, Optional
 
 from . import clicks
+from .approvals import ApprovalBox
 from .live import LiveView, _in_kernel, ipython_display
 
 __all__ = ["RunPanel", "STATUSES"]
 
-STATUSES = ("idle", "running", "aborted", "needs resume", "finished", "failed")
+STATUSES = ("idle", "running", "aborted", "needs resume", "awaiting approval", "finished", "failed")
+_AWAITING = "awaiting approval"
 
 _panels: "weakref.WeakSet[RunPanel]" = weakref.WeakSet()
 
@@ -57,12 +64,14 @@ class RunPanel:
     ``status`` is one of :data:`STATUSES`; ``result`` is the last RunResult (None when the
     last run was aborted or failed), ``exception`` the last failure.
     ``last_abort_latency`` is the seconds from the Abort click (as the front end stamped
-    it) to the run stopping.
+    it) to the run stopping. ``approvals`` holds the rows of the calls awaiting a decision
+    (status ``"awaiting approval"``); :meth:`approve` / :meth:`deny` do what their buttons do.
+    ``view``: an existing :class:`LiveView` to render into (``show()`` passes its own).
     """
 
     def __init__(self, agent: Any, session_id: Optional[str] = None, *, interval: float = 0.05,
                  title: Optional[str] = None, display: Optional[Callable[[dict], Any]] = None,
-                 check: bool = True):
+                 check: bool = True, view: Optional[LiveView] = None):
         if not (hasattr(agent, "stream_request") and hasattr(agent, "build_request")):
             raise TypeError(f"RunPanel(agent): expected a We0Agent, got {type(agent).__name__}.")
         if agent.output_type is not None:
@@ -74,7 +83,8 @@ class RunPanel:
         self.detail = ""
         self.result: Any = None
         self.exception: Optional[BaseException] = None
-        self.view = LiveView(interval=interval, display=display or ipython_display(), title=title)
+        self.view = view if view is not None else LiveView(interval=interval, display=display or ipython_display(),
+                                                           title=title)
         self._make_widgets()
         self._task: Optional[asyncio.Task] = None
         self._abort_event: Optional[asyncio.Event] = None
@@ -84,6 +94,7 @@ class RunPanel:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread: Optional[int] = None
         self._superseded = False
+        self._next_run: Optional[asyncio.Future] = None  # wait(decisions=True) waits on it
         #: epoch seconds of the last Abort click (the front end's stamp), of the last run's end, and the latency
         self.abort_clicked_at: Optional[float] = None
         self.ended_at: Optional[float] = None
@@ -114,8 +125,10 @@ class RunPanel:
         self.abort_button.add_class("we0-abort")
         self.resume_button.add_class("we0-resume")
         self.status_label.add_class("we0-status")
-        self.widget = W.HBox([self.abort_button, self.resume_button, self.status_label],
-                             layout=W.Layout(align_items="center", width="100%"))
+        self.controls = W.HBox([self.abort_button, self.resume_button, self.status_label],
+                               layout=W.Layout(align_items="center", width="100%"))
+        self.approvals = ApprovalBox(self)
+        self.widget = W.VBox([self.controls, self.approvals.widget], layout=W.Layout(width="100%"))
         self.widget.add_class("we0-panel")
         self.abort_button.on_click(self._on_abort_click)
         self.resume_button.on_click(self._on_resume_click)
@@ -143,6 +156,14 @@ class RunPanel:
             display(self.view.bundle(final=self.status != "running"), raw=True, display_id=handle.display_id)
         self._displayed = True
 
+    def display_controls(self) -> None:
+        """Display the buttons (and approval rows) alone, in this cell: the view is already shown."""
+        if _in_kernel():
+            from IPython.display import display
+
+            self._widget_handle = display(self._widget_bundle(), raw=True, display_id=True)
+        self._displayed = True
+
     def _display_once(self) -> None:
         if not self._displayed and _in_kernel():
             self._ipython_display_()
@@ -158,7 +179,8 @@ class RunPanel:
         return self._loop_thread is None or threading.get_ident() == self._loop_thread
 
     def status_text(self) -> str:
-        """The status line as plain text: ``status: … · session … · detail``."""
+        """The status line as plain text: ``status: … · session … · detail`` (and, while calls
+        await a decision, one line per call: what a saved notebook shows without widgets)."""
         label = f"status: {self.status}"
         if self.session_id:
             label += f" · session {self.session_id}"
@@ -166,6 +188,10 @@ class RunPanel:
             label += f" · {self.detail}"
         if self._superseded and self.status != "running":
             label += " · a newer panel runs this session; use that one"
+        if self.status == _AWAITING:
+            from .html import render_text
+
+            label += "".join(f"\n  {render_text(r.part).removeprefix('ToolPart: ')}" for r in self.approvals.undecided)
         return label
 
     def _set_status(self, status: str, detail: str = "") -> None:
@@ -175,16 +201,54 @@ class RunPanel:
         self.abort_button.disabled = not running
         self.resume_button.disabled = (running or self._superseded or self.session_id is None
                                        or status not in ("aborted", "needs resume", "failed"))
-        self.status_label.value = f"<span style='white-space:normal'>{html.escape(self.status_text())}</span>"
+        line = self.status_text().split("\n", 1)[0]
+        self.status_label.value = f"<span style='white-space:normal'>{html.escape(line)}</span>"
 
     async def check(self) -> str:
-        """Look at the persisted session: 'needs resume' when its last turn is not over."""
+        """Look at the persisted session: 'needs resume' when its last turn is not over,
+        'awaiting approval' (with a row per call) when calls wait for a person's decision."""
         if self.session_id is None or self.status == "running":
             return self.status
         t = await self.agent.transcript(self.session_id)
-        if t.session is not None and t.needs_resume and self.status == "idle":
-            self._set_status("needs resume", "the last turn did not finish")
+        if t.session is not None and self.status == "idle":
+            if t.pending_approvals:
+                self._await_decisions(t.pending_approvals)
+            elif t.needs_resume:
+                self._set_status("needs resume", "the last turn did not finish")
         return self.status
+
+    # ------------------------------------------------------------------ approvals
+
+    def _await_decisions(self, parts: list) -> None:
+        """Show a row per awaiting call (in call order); the status says how many."""
+        self.approvals.show(list(parts))
+        n = len(parts)
+        self._set_status(_AWAITING, f"{n} call{'s' if n != 1 else ''} await{'s' if n == 1 else ''} a decision: "
+                                    "approve or deny below; the run resumes once all are decided")
+
+    def _after_decision(self, left: int) -> None:
+        """A decision was recorded (on the loop): resume once no call of the session awaits one."""
+        if left:
+            if self.status == _AWAITING:
+                self._set_status(_AWAITING, f"{left} call{'s' if left != 1 else ''} still "
+                                            f"await{'s' if left == 1 else ''} a decision")
+            return
+        if self.running:
+            return
+        try:
+            self.resume()
+        except Exception as exc:  # shown in the panel: a click has nowhere else to raise
+            self._set_status(self.status, f"cannot resume: {exc}")
+
+    async def approve(self, call_id: str, input: Optional[dict] = None) -> Any:
+        """What the Approve button does: record the approval (``input``: corrected arguments, checked
+        against the tool's schema) and resume once no call is left undecided. The stored call."""
+        return await self.approvals.decide(call_id, True, input=input)
+
+    async def deny(self, call_id: str, reason: Optional[str] = None) -> Any:
+        """What the Deny button does: record the denial (the model is told ``reason``) and resume
+        once no call is left undecided. The stored call."""
+        return await self.approvals.decide(call_id, False, reason=reason)
 
     def _siblings(self) -> list["RunPanel"]:
         """Other panels on the same session and store."""
@@ -237,6 +301,9 @@ class RunPanel:
         self.last_abort_latency = None
         self.result = None
         self.exception = None
+        self.approvals.clear()
+        if self._next_run is not None and not self._next_run.done():
+            self._next_run.set_result(None)
         self._display_once()
         self._set_status("running", "queued behind the run of another panel on this session" if before else "")
         self._task = loop.create_task(self._run(request, mode, before))
@@ -244,6 +311,12 @@ class RunPanel:
 
     async def _nothing_to_resume(self) -> bool:
         t = await self.agent.transcript(self.session_id)
+        if t.pending_approvals:  # resume would only end "approval" again: decide first
+            self.view.show_stored(t.messages)
+            self.view.note = "nothing to resume yet: calls await a person's decision"
+            self.view.close("approval")
+            self._await_decisions(t.pending_approvals)
+            return True
         if t.needs_resume:
             return False
         self.view.show_stored(t.messages)
@@ -275,6 +348,8 @@ class RunPanel:
             self.view.show_stored(t.messages)  # what the store holds now: calls cut at the abort
             self.view.refresh()
             self._set_status("aborted", "everything so far is persisted; Resume continues")
+        elif result.result == "approval":
+            self._await_decisions(result.approvals)
         else:
             self._set_status("finished", f"{result.steps} step(s)")
         return result
@@ -292,10 +367,20 @@ class RunPanel:
                 self.view.close("failed", exc)
             self._set_status("failed", f"{type(exc).__name__}: {exc}"[:500])
 
-    async def wait(self) -> Any:
-        """Join the run going on (if any); the RunResult, None when aborted; re-raises a failure."""
-        while self._task is not None and not self._task.done():
-            await asyncio.wait([self._task])
+    async def wait(self, *, decisions: bool = False) -> Any:
+        """Join the run going on (if any); the RunResult, None when aborted; re-raises a failure.
+
+        ``decisions=True``: when the run ends with calls awaiting approval, keep waiting — for a
+        person's clicks and the run they resume — until a run ends otherwise (Run All then
+        pauses here until the calls are decided).
+        """
+        while True:
+            while self._task is not None and not self._task.done():
+                await asyncio.wait([self._task])
+            if not (decisions and self.status == _AWAITING and self.exception is None):
+                break
+            self._next_run = asyncio.get_running_loop().create_future()
+            await self._next_run
         # Re-send the final state from the awaiting cell: nbclient/nbconvert/nbval drop messages
         # sent by a background task after its cell ended, so a saved notebook would otherwise keep
         # the starting state of the view and of the widgets ("running", Abort enabled).
@@ -307,11 +392,12 @@ class RunPanel:
         return self.result
 
     def _resend_widgets(self) -> None:
-        for w in (self.abort_button, self.resume_button, self.status_label):
+        for w in (self.abort_button, self.resume_button, self.status_label, self.approvals.widget):
             try:
                 w.send_state()
             except Exception:  # no kernel comm (tests without a front end)
                 pass
+        self.approvals.send_state()
         if self._widget_handle is not None:
             self._widget_handle.update(self._widget_bundle(), raw=True)
 

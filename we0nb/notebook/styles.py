@@ -46,6 +46,9 @@ font-weight:600;color:#fff;background:var(--jp-ui-font-color3,#9e9e9e);white-spa
 .we0 .we0-s-error,.we0 .we0-s-failed{background:var(--jp-error-color1,#d32f2f)}
 .we0 .we0-s-interrupted,.we0 .we0-s-aborted,.we0 .we0-s-unfinished,.we0 .we0-s-compact{background:var(--jp-warn-color1,#f57c00)}
 .we0 .we0-s-idle{background:var(--jp-ui-font-color3,#9e9e9e)}
+.we0 .we0-s-awaiting,.we0 .we0-s-approval{background:#7b1fa2}
+.we0 .we0-s-denied,.we0 .we0-o-denied{background:#ad1457}
+.we0 .we0-o-approved{background:#00796b}
 .we0 .we0-note{font-size:var(--jp-ui-font-size0,11px);color:var(--jp-ui-font-color2,#757575)}
 .we0 .we0-err,.we0 .we0-note.we0-err{color:var(--jp-error-color1,#d32f2f)}
 .we0 .we0-warn,.we0 .we0-note.we0-warn{color:var(--jp-warn-color1,#f57c00)}
@@ -90,6 +93,11 @@ INLINE = {
     "we0-s-aborted": "background-color:#f57c00",
     "we0-s-unfinished": "background-color:#f57c00",
     "we0-s-compact": "background-color:#f57c00",
+    "we0-s-awaiting": "background-color:#7b1fa2",
+    "we0-s-approval": "background-color:#7b1fa2",
+    "we0-s-denied": "background-color:#ad1457",
+    "we0-o-denied": "background-color:#ad1457",
+    "we0-o-approved": "background-color:#00796b",
     "we0-o-keep": "background-color:#607d8b",
     "we0-o-recall": "background-color:#1976d2",
     "we0-note": "font-size:11px;opacity:0.85",
