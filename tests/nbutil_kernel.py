@@ -161,6 +161,15 @@ class Kernel:
         self.kc.shell_channel.send(msg)
         return msg["header"]["msg_id"]
 
+    def update_widget(self, comm_id: str, state: dict[str, Any], subshell_id: Optional[str] = None) -> str:
+        """What a front end sends when a person edits a widget (a text box): its new state."""
+        msg = self.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"method": "update", "state": state,
+                                                                           "buffer_paths": []}})
+        if subshell_id is not None:
+            msg["header"]["subshell_id"] = subshell_id
+        self.kc.shell_channel.send(msg)
+        return msg["header"]["msg_id"]
+
     @property
     def supports_subshells(self) -> bool:
         return "kernel subshells" in self.info.get("supported_features", [])
