@@ -71,6 +71,40 @@ def _decide(k: Kernel, rows, subshell_id=None) -> None:
     k.click(deny2, subshell_id)
 
 
+def _pump_until(k: Kernel, found, what: str, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = found()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        k._pump(0.05)
+
+
+def _decide_as_a_front_end_does(k: Kernel, rows, subshell_id=None) -> None:
+    """Bad JSON first (the row says so), then the corrected arguments — sent, as a front end
+    does, to the fresh text box the kernel opened after the first edit — then Approve; a reason
+    and Deny on the second call."""
+    (_, args1, _, approve1, _), (_, _, reason2, _, deny2) = rows
+    bad = '{"to": "ann", "amount": '
+    start = len(k.iopub)
+    k.update_widget(args1, {"value": bad}, subshell_id)
+    k.click(approve1, subshell_id)
+    _pump_until(k, lambda: any(m["msg_type"] == "comm_msg" and "not valid JSON" in json.dumps(m["content"])
+                               for m in k.iopub[start:]), "the row to say the JSON is not valid")
+
+    def fresh_box():
+        opened = [m["content"] for m in k.iopub[start:] if m["msg_type"] == "comm_open"
+                  and m["content"]["data"]["state"].get("_model_name") == "TextareaModel"]
+        return [c["comm_id"] for c in opened if c["data"]["state"].get("value") == bad]
+
+    (args1_fresh,) = _pump_until(k, fresh_box, "the fresh arguments box")
+    k.update_widget(args1_fresh, {"value": json.dumps({"to": "ann", "amount": 50})}, subshell_id)
+    k.click(approve1, subshell_id)
+    k.update_widget(reason2, {"value": "not <bob>"}, subshell_id)
+    k.click(deny2, subshell_id)
+
+
 def _check_store(k: Kernel) -> None:
     k.run("t = await agent.transcript('ses_kap'); paid, denied = t.messages[1].tool_parts")
     assert k.eval("[paid.state.input, paid.state.metadata['original_input'], paid.approval]") == [
@@ -108,15 +142,15 @@ def test_approve_and_deny_clicked_while_the_next_cell_awaits(kernel, tmp_path):
     # ipykernel 7.0-7.3 handle comm messages past a running cell only on a kernel subshell
     # (JupyterLab 4.4+ sends them there by default): send them as it does
     subshell = kernel.create_subshell() if version.startswith(("7.0", "7.1", "7.2", "7.3")) else None
-    _decide(kernel, rows, subshell)
+    _decide_as_a_front_end_does(kernel, rows, subshell)
     r = kernel.result(waiting, timeout=90)
     assert r["reply"]["status"] == "ok", r
     assert r["stdout"].strip() == "joined stop One paid, one denied. [('ann', 50)] finished", (version, r["stdout"])
     _check_store(kernel)
     threads = kernel.eval("panel.approvals.click_threads")
-    assert len(threads) == 2, threads  # each click handled once (the queued copies did nothing more)
+    assert len(threads) == 3, threads  # each click handled once (the queued copies did nothing more)
     if version.startswith("6."):
-        assert threads == ["MainThread (on arrival)"] * 2, threads  # handled as the messages arrived
+        assert threads == ["MainThread (on arrival)"] * 3, threads  # handled as the messages arrived
 
 
 def test_a_kernel_restart_between_request_and_decision(tmp_path):

@@ -132,6 +132,11 @@ async def test_bad_json_or_schema_records_nothing_then_an_edit_is_approved_from_
     assert panel.approvals.click_threads[-1] == "subshell-fake"
     assert await awaiting(agent) == [second.call_id]
     assert panel.status == "awaiting approval" and "1 call still awaits" in panel.status_label.value
+    # the view shows the decision at once (before any resume)
+    view = panel.view.bundle(final=True)
+    assert "1 call awaits a person's decision" in view["text/plain"]
+    assert '"to": "carol"' not in view["text/plain"] and "[approved, arguments corrected]" in view["text/plain"]
+    assert ">approved, edited<" in view["text/html"]
     # the last decision resumes the run
     second.reason.value = "not <bob>"
     click_from_thread(second.deny_button)

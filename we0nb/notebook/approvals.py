@@ -13,6 +13,15 @@ so it only reads the row's values and schedules the decision onto the kernel's l
 (``loop.call_soon_threadsafe``); nothing awaits in a handler. On ipykernel 6 the clicks
 and the edits of the text boxes are read as their messages arrive
 (:mod:`we0nb.notebook.clicks`), so a decision is taken while another cell runs.
+
+Edits while another cell runs: the widgets' front end sends a text box's next edit only
+once the kernel has reported its previous one ``idle``, and a kernel busy with a cell
+reports nothing for comm messages it handles past that cell (ipykernel 7.4's bypass, a
+subshell, ipykernel 6 until the cell ends) — so a second edit would never arrive. The
+text boxes therefore send an edit when they lose focus (``continuous_update=False``),
+and each edit received replaces the box by a fresh one holding the same text: every
+edit is the first one of its widget, sent at once, in order before the click that
+follows it.
 """
 
 from __future__ import annotations
@@ -75,11 +84,9 @@ class ApprovalRow:
             f"<span style='opacity:0.85'>why: {html.escape(why)}</span><br>"
             f"<code style='white-space:pre-wrap'>{html.escape(json.dumps(part.state.input, ensure_ascii=False))}"
             f"</code></div>"), layout=W.Layout(width="100%"))
-        rows = min(12, max(2, _pretty(part.state.input).count("\n") + 1))
-        self.args = W.Textarea(value=_pretty(part.state.input), rows=rows, layout=W.Layout(width="100%"),
-                               description="arguments", tooltip="edit the arguments (JSON) before approving")
-        self.reason = W.Text(value="", placeholder="reason for a denial (optional; the model is told)",
-                             layout=W.Layout(width="100%"), description="reason")
+        self._rows = min(12, max(2, _pretty(part.state.input).count("\n") + 1))
+        self.args = self._text_box("args", _pretty(part.state.input))
+        self.reason = self._text_box("reason", "")
         fixed = W.Layout(width="auto", flex="0 0 auto")
         self.approve_button = W.Button(description="Approve", icon="check", button_style="success", layout=fixed,
                                        tooltip="Record the approval (with the arguments above) and resume when "
@@ -87,12 +94,12 @@ class ApprovalRow:
         self.deny_button = W.Button(description="Deny", icon="times", button_style="danger", layout=fixed,
                                     tooltip="Record the denial: the call never runs; the model is told")
         self.message = W.HTML(value="", layout=W.Layout(flex="1 1 auto", min_width="0"))
-        for w, cls in ((self.args, "we0-args"), (self.reason, "we0-reason"), (self.approve_button, "we0-approve"),
-                       (self.deny_button, "we0-deny"), (self.message, "we0-approval-message")):
+        for w, cls in ((self.approve_button, "we0-approve"), (self.deny_button, "we0-deny"),
+                       (self.message, "we0-approval-message")):
             w.add_class(cls)
-        self.widget = W.VBox([self.info, self.args, self.reason,
-                              W.HBox([self.approve_button, self.deny_button, self.message],
-                                     layout=W.Layout(align_items="center", width="100%"))],
+        self._buttons = W.HBox([self.approve_button, self.deny_button, self.message],
+                               layout=W.Layout(align_items="center", width="100%"))
+        self.widget = W.VBox([self.info, self.args, self.reason, self._buttons],
                              layout=W.Layout(border="1px solid rgba(128,128,128,0.4)", padding="4px", margin="4px 0",
                                              width="100%"))
         self.widget.add_class("we0-approval")
@@ -101,8 +108,41 @@ class ApprovalRow:
         if clicks.install():  # ipykernel 6: handle the click (and read the edits) as its message arrives
             clicks.register(self.approve_button.model_id, self._on_approve_message)
             clicks.register(self.deny_button.model_id, self._on_deny_message)
-            clicks.register_state(self.args.model_id, self._on_args_state)
-            clicks.register_state(self.reason.model_id, self._on_reason_state)
+
+    # ------------------------------------------------------------------ the text boxes
+
+    def _text_box(self, name: str, value: str) -> Any:
+        """The arguments (JSON) or the reason box; an edit is sent when it loses focus."""
+        import ipywidgets as W
+
+        if name == "args":
+            box = W.Textarea(value=value, rows=self._rows, layout=W.Layout(width="100%"), continuous_update=False,
+                             description="arguments", tooltip="edit the arguments (JSON) before approving")
+        else:
+            box = W.Text(value=value, placeholder="reason for a denial (optional; the model is told)",
+                         layout=W.Layout(width="100%"), description="reason", continuous_update=False)
+        box.add_class("we0-" + name)
+        box.observe(self._edited, names="value")
+        if clicks.install():
+            clicks.register_state(box.model_id, self._on_args_state if name == "args" else self._on_reason_state)
+        return box
+
+    def _edited(self, change: Any) -> None:
+        """An edit arrived (any thread): a fresh box replaces this one (see the module docstring)."""
+        name = "args" if change["owner"] is self.args else "reason" if change["owner"] is self.reason else None
+        if name is not None:
+            self.box.on_loop(self._renew, name, change["owner"])
+
+    def _renew(self, name: str, old: Any, value: Optional[str] = None) -> None:
+        """Replace the box ``old`` by a fresh one holding ``value`` (default: its own)."""
+        if getattr(self, name) is not old:
+            return  # renewed already
+        old.unobserve(self._edited, names="value")
+        clicks.unregister(old.model_id)  # the box stays open: its queued messages still find it
+        new = self._text_box(name, old.value if value is None else value)
+        new.disabled = old.disabled
+        setattr(self, name, new)
+        self.widget.children = (self.info, self.args, self.reason, self._buttons)
 
     # ------------------------------------------------------------------ state
 
@@ -133,10 +173,12 @@ class ApprovalRow:
     def _on_args_state(self, state: dict) -> None:
         if isinstance(state.get("value"), str):
             self.typed["args"] = state["value"]
+            self._renew("args", self.args, state["value"])  # on arrival (the loop's thread): the next edit goes to a fresh box
 
     def _on_reason_state(self, state: dict) -> None:
         if isinstance(state.get("value"), str):
             self.typed["reason"] = state["value"]
+            self._renew("reason", self.reason, state["value"])
 
     def _on_approve_message(self, header: dict) -> None:
         self.box.click_threads.append(threading.current_thread().name + " (on arrival)")
@@ -205,6 +247,14 @@ class ApprovalBox:
                     pass
 
     # ------------------------------------------------------------------ scheduling (any thread)
+
+    def on_loop(self, fn: Any, *args: Any) -> None:
+        """Call ``fn(*args)`` on the kernel's loop thread (now when already there)."""
+        loop = self.panel._loop
+        if loop is None or self.panel._on_loop_thread():
+            fn(*args)
+        else:
+            loop.call_soon_threadsafe(fn, *args)
 
     def schedule(self, row: ApprovalRow, approve: bool, args_text: str, reason_text: str) -> None:
         """Run the decision on the kernel's loop (the handler may be on a subshell thread)."""
@@ -277,6 +327,7 @@ class ApprovalBox:
             row = self.row(call_id)
             if row is not None:
                 row.decided(part.approval, _recorded(part))
+            panel.view.record_decision(part)
             left = await agent.pending_approvals(panel.session_id)
         panel._after_decision(len(left))
         return part

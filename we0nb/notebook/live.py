@@ -337,8 +337,17 @@ class LiveView:
 
     @property
     def awaiting(self) -> list[Any]:
-        """The calls the last run left waiting for a person's decision (its result's approvals)."""
-        return list(getattr(self.result, "approvals", None) or ()) if self.status == "approval" else []
+        """The calls the last run left waiting for a person's decision and still undecided here."""
+        if self.status != "approval":
+            return []
+        shown = {p.id: p for t in self.turns for p in t.parts if getattr(p, "type", None) == "tool"}
+        parts = [shown.get(p.id, p) for p in getattr(self.result, "approvals", None) or ()]
+        return [p for p in parts if p.awaiting_approval]
+
+    def record_decision(self, part: Any) -> None:
+        """Show a person's decision on a call (the call as now stored), without waiting for the resume."""
+        self._upsert_part(part)
+        self.refresh()
 
     def _head_html(self) -> str:
         bits = [H.status_badge(self.status, APPROVAL_LABEL if self.status == "approval" else None)]

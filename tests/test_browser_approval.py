@@ -1,0 +1,136 @@
+"""Real browser: JupyterLab + chromium (Playwright) run a notebook whose agent asks for approval;
+a person types in the panel — bad JSON first (the panel says so, nothing is recorded), then
+corrected arguments — clicks Approve on one call and, with a reason, Deny on the other, while
+the next cell waits for the decisions. The run resumes and that cell prints what ran.
+
+Screenshots go to ``$WE0NB_ARTIFACTS`` (default ``test-artifacts/``); with
+``WE0NB_UPDATE_SCREENSHOTS=1`` ``docs/img/approval.png`` is refreshed from them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nbutil_lab import CHROMIUM, Lab
+from test_browser_lab import _browser, _dismiss_toasts, _kernel_ready, _run_all, _started, _write, artifacts  # noqa: F401
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[1]
+
+CELLS = [
+    """from we0nb import We0Agent, ScriptedModel, text, tool, tool_call
+from we0nb.notebook import RunPanel
+
+XSS = '<img src=x onerror="window.__pwned=1">'
+PAID = []
+
+@tool(requires_approval=True)
+def pay(to: str, amount: int) -> str:
+    \"\"\"Pay someone: a person approves every call.\"\"\"
+    PAID.append((to, amount))
+    return f"paid {amount} to {to}"
+
+agent = We0Agent(ScriptedModel([
+    [text("Paying the two invoices."), tool_call("pay", {"to": "ann", "amount": 5}),
+     tool_call("pay", {"to": XSS, "amount": 6})],
+    [text("Done: one paid, one denied.")],
+]), tools=[pay])
+panel = RunPanel(agent, session_id="ses_browser_approval", title="approval")
+panel.start("Pay the invoices")""",
+    "r = await panel.wait(decisions=True)",
+    "t = await agent.transcript('ses_browser_approval')\n"
+    "denied = t.messages[1].tool_parts[1]\n"
+    "print('result:', r.result, '|', r.text, '| paid:', PAID, '| denied:', denied.state.metadata)",
+]
+
+
+@pytest.mark.timeout(900)
+def test_approve_and_deny_clicked_in_jupyterlab(tmp_path, artifacts):  # noqa: F811
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    root = tmp_path / "root"
+    root.mkdir()
+    _write(root / "approval.ipynb", CELLS)
+    lab = Lab(root, tmp_path / "jupyter")
+    lab.start()
+    try:
+        with playwright.sync_playwright() as p:
+            browser = _browser(p)
+            page = browser.new_page(viewport={"width": 1280, "height": 1100})
+            try:
+                page.goto(f"{lab.url}/lab/tree/approval.ipynb", wait_until="domcontentloaded", timeout=120_000)
+                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+                for attempt in range(3):  # a fresh kernel occasionally drops the first Run All
+                    _kernel_ready(page)
+                    _run_all(page, restart=attempt > 0)
+                    if _started(page):
+                        break
+                # two rows, and the second cell is running (waiting for the decisions)
+                page.wait_for_function("""() => {
+                    const prompts = document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
+                    return document.querySelectorAll('.we0-approval button.we0-approve:not([disabled])').length === 2
+                        && prompts.length > 1 && prompts[1].innerText.includes('*');
+                }""", timeout=180_000)
+                _dismiss_toasts(page)
+                rows = page.locator(".we0-approval")
+                first, second = rows.nth(0), rows.nth(1)
+                assert "why: pay requires approval for every call" in first.inner_text()
+                assert "&lt;img" not in second.inner_text() and "<img src=x" in second.inner_text()  # shown as text
+
+                # bad JSON: the row says so, nothing is recorded, the buttons come back
+                first.locator("textarea").fill('{"to": "ann", "amount": ')
+                first.locator("button.we0-approve").click()
+                first.locator(".we0-approval-message:has-text('not valid JSON')").wait_for(timeout=60_000)
+                assert "Nothing was recorded." in first.locator(".we0-approval-message").inner_text()
+                page.wait_for_selector(".we0-approval >> nth=0 >> button.we0-approve:not([disabled])", timeout=60_000)
+
+                # corrected arguments, then Approve
+                first.locator("textarea").fill('{"to": "ann", "amount": 50}')
+                first.locator("button.we0-approve").click()
+                first.locator(".we0-approval-message:has-text('Approved with the corrected arguments')").wait_for(
+                    timeout=60_000)
+                page.wait_for_selector(".we0-status:has-text('1 call still awaits')", timeout=60_000)
+                # the view shows the decision at once: the call is approved, one still awaits
+                page.wait_for_function("""() => [...document.querySelectorAll('.we0-live')].some(e =>
+                    e.innerText.includes('approved, edited') && e.innerText.includes('1 call awaits'))""",
+                                       timeout=60_000)
+                panel_cell = page.locator(".jp-Notebook .jp-CodeCell").nth(0)
+                panel_cell.scroll_into_view_if_needed()
+                panel_cell.locator(".jp-Cell-outputWrapper").screenshot(path=str(artifacts / "approval.png"))
+
+                # a reason, then Deny: the last decision resumes the run; the waiting cell returns
+                second.locator("input").fill("not to <this> payee")
+                second.locator("button.we0-deny").click()
+                page.wait_for_function("""() => {
+                    const scroller = document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer');
+                    if (scroller) scroller.scrollTop = scroller.scrollHeight;
+                    return [...document.querySelectorAll('.jp-OutputArea-output')]
+                        .some(e => e.innerText.includes('result:'));
+                }""", timeout=180_000)
+                out = page.locator(".jp-OutputArea-output:has-text('result:')").inner_text()
+                assert "result: stop | Done: one paid, one denied. | paid: [('ann', 50)]" in out, out
+                assert "'denied': True, 'reason': 'not to <this> payee'" in out, out
+                page.wait_for_selector(".we0-status:has-text('finished')", timeout=60_000)
+                live = page.locator(".we0-live").first.inner_text()
+                assert "approved, edited" in live and "denied" in live and "Done: one paid, one denied." in live
+                assert page.evaluate("() => window.__pwned") is None
+                assert page.locator(".jp-OutputArea img[src='x']").count() == 0
+                panel_cell.scroll_into_view_if_needed()
+                panel_cell.locator(".jp-Cell-outputWrapper").screenshot(path=str(artifacts / "approval-finished.png"))
+            except Exception:
+                page.screenshot(path=str(artifacts / "approval-failure.png"), full_page=True)
+                raise
+            finally:
+                browser.close()
+    finally:
+        lab.stop()
+    if os.environ.get("WE0NB_UPDATE_SCREENSHOTS") == "1":
+        img = REPO / "docs" / "img"
+        img.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(artifacts / "approval.png", img / "approval.png")
