@@ -7,6 +7,9 @@
     we0nb resume SESSION        # resume it (the demo's tools and model)
     we0nb sessions              # list the sessions of the database
     we0nb show SESSION          # print a session's transcript and tool table
+    we0nb demo --approve        # the demo's orders wait for a person's approval
+    we0nb approvals             # list the tool calls that await a decision
+    we0nb approve SESSION CALL  # approve one (--input JSON: corrected arguments); deny: --reason TEXT
     we0nb lab                   # open the tutorial notebooks in JupyterLab
 
 The commands that use a database take ``--db URL`` (a SQLAlchemy URL such as
@@ -25,7 +28,7 @@ import sys
 import traceback
 from typing import Any, Optional, Sequence
 
-from . import browse, demo, lab
+from . import approvals, browse, demo, lab
 from ._common import EXIT_INTERRUPTED, CliError, CtrlC
 from ._db import DEFAULT_DB
 from .demo_agent import DEMO_PROMPT, demo_agent
@@ -45,15 +48,16 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     parser = argparse.ArgumentParser(
         prog="we0nb",
         description="we0nb: an asyncio agent engine whose resume never repeats a side effect.",
-        epilog="Start with `we0nb demo`. demo, resume, sessions and show take --db URL; lab passes the "
-               "options it does not know to jupyter lab. `we0nb COMMAND -h` describes each command.")
+        epilog="Start with `we0nb demo`. demo, resume, sessions, show, approvals, approve and deny take --db "
+               "URL; lab passes the options it does not know to jupyter lab. `we0nb COMMAND -h` describes each "
+               "command.")
     from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"we0nb {__version__}")
     parser.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands: dict[str, argparse.ArgumentParser] = {}
-    for module in (demo, browse, lab):
+    for module in (demo, browse, approvals, lab):
         commands.update(module.add_parsers(sub, db, common))
     return parser, commands
 

@@ -98,6 +98,9 @@ def _print_store(tr: Transcript) -> None:
         done = last.info.time.completed is not None
         say(f"  last assistant message: {'finished' if done else 'unfinished (time.completed is None)'}")
     say(_indent(format_tools(tr)))
+    if tr.pending_approvals:
+        say(f"  the turn waits for a person's decision on {len(tr.pending_approvals)} call(s) before it can go on")
+        return
     say("  the turn " + ("needs resume: resume decides for every unfinished call" if tr.needs_resume
                           else "is over in the store: there is nothing to resume"))
 
@@ -105,6 +108,7 @@ def _print_store(tr: Transcript) -> None:
 def _explainer(before: Transcript, agent: We0Agent) -> Callable[[dict[str, Any]], str]:
     """Why recovery took each action, from the tool's policy and the call's state before the resume."""
     was = {p.id: p.state.status for m in before.messages for p in m.tool_parts}
+    stored = {p.id: p for m in before.messages for p in m.tool_parts}
     policies = {t.name: t.policy for t in agent.tools}
     interrupted_before = False
 
@@ -112,6 +116,10 @@ def _explainer(before: Transcript, agent: We0Agent) -> Callable[[dict[str, Any]]
         nonlocal interrupted_before
         part, action = ev["part"], ev["action"]
         status = was.get(part.id, part.state.status)
+        if action in ("execute", "deny", "await"):
+            from .demo_approval import explain_approval
+
+            return explain_approval(action, stored.get(part.id, part))
         if action == "keep":
             return f"it had finished ({status}) before the abort: its result is kept, not run again"
         if action == "recall":
@@ -143,7 +151,9 @@ def _side_effects(tr: Transcript, ledger: Path, session_id: str) -> bool:
                 continue
             args = p.state.input
             mine = [o for o in orders if o.get("item") == args.get("item") and o.get("quantity") == args.get("quantity")]
-            state = f"interrupted ({p.interrupt_reason})" if p.interrupted else p.state.status
+            state = (f"interrupted ({p.interrupt_reason})" if p.interrupted
+                     else "denied" if p.approval == "denied" and p.finished
+                     else "awaiting approval" if p.awaiting_approval else p.state.status)
             ids = ", ".join(o.get("order_id", "?") for o in mine)
             say(f"  {call_label(p)}: {state} in the store; {len(mine)} order(s) in the ledger"
                 + (f" ({ids})" if ids else ""))
@@ -153,6 +163,9 @@ def _side_effects(tr: Transcript, ledger: Path, session_id: str) -> bool:
                 say("    it ran, but the process stopped before its result was persisted; resume did not run it again")
             elif p.state.status == "completed" and not mine:
                 say("    the store says it completed but the ledger has no order for it (was the ledger edited?)")
+            elif p.approval == "denied" and mine:
+                say("    FAILED: a person denied it, yet the ledger has an order for it")
+                ok = False
     say(f"  ledger {ledger}: {len(orders)} order(s) for this session: "
         + (", ".join(f"{o.get('order_id')} {o.get('quantity')} x {o.get('item')}" for o in orders) or "none"))
     return ok
@@ -205,12 +218,17 @@ async def cmd_demo(args: argparse.Namespace, ctrl: CtrlC) -> int:
             raise CliError(f"session {session_id!r} already exists in {safe_url(url)}; pick another --session "
                            f"or resume it with `{hint('we0nb', 'resume', session_id, '--db', url)}`.")
         ledger = ledger_path(url)
-        agent = demo_agent(p, session_id, ledger, delay=args.delay)
+        agent = demo_agent(p, session_id, ledger, delay=args.delay, approve=args.approve)
         say(f"we0nb demo: a demo agent (no API key, no network) on {safe_url(url)}")
         say(f"  session   {session_id}")
-        say("  tools     place_order (side effects: never run twice)")
+        say("  tools     place_order (side effects: never run twice"
+            + ("; requires_approval=True: a person approves every call)" if args.approve else ")"))
         say("            check_stock (side_effects=False: safe to run again)")
         say(f"  ledger    {ledger}  (place_order appends one line per order it really places)")
+        if args.approve:
+            from .demo_approval import approval_demo
+
+            return await approval_demo(args, ctrl, p, agent, session_id, url, ledger)
         plan = AbortPlan(args.abort_after, args.abort_at_event)
         rule(f"1. prompt run; {plan.describe()} (Ctrl-C aborts it wherever it is)")
         ended = await _stream(agent, ctrl, mode="prompt", session_id=session_id,
@@ -254,6 +272,11 @@ async def cmd_resume(args: argparse.Namespace, ctrl: CtrlC) -> int:
         if tr.session is None:
             raise CliError(f"no session {session_id!r} in {safe_url(url)}. List the sessions with "
                            f"`{hint('we0nb', 'sessions', '--db', url)}`.")
+        if tr.pending_approvals:
+            calls = ", ".join(p.call_id for p in tr.pending_approvals)
+            raise CliError(f"session {session_id!r} waits for a person's decision on {len(tr.pending_approvals)} "
+                           f"call(s) ({calls}): decide each with `{hint('we0nb', 'approve', session_id, 'CALL', '--db', url)}`"
+                           f" or `we0nb deny`, then resume (`{hint('we0nb', 'approvals', '--db', url)}` lists them).")
         if not tr.needs_resume:
             say(f"session {session_id} is complete: nothing to resume (a resume would call no model and "
                 "write nothing).")
@@ -265,7 +288,8 @@ async def cmd_resume(args: argparse.Namespace, ctrl: CtrlC) -> int:
                 f"    agent = We0Agent(model, tools=[...], persistence=SqlPersistence({url!r}))\n"
                 f"    await agent.invoke(mode='resume', session_id={session_id!r})")
         ledger = ledger_path(url)
-        agent = demo_agent(p, session_id, ledger, delay=args.delay)
+        approve = any(q.approval is not None for m in tr.messages for q in m.tool_parts)  # made with --approve
+        agent = demo_agent(p, session_id, ledger, delay=args.delay, approve=approve)
         say(f"Resuming {session_id}: its last turn is not over in the store. With the demo's tools and model:")
         code = await _resume_phase(p, agent, ctrl, session_id, url)
         return code if code is not None else await _report(p, session_id, url, ledger)
@@ -291,6 +315,10 @@ def add_parsers(sub: Any, db: argparse.ArgumentParser, common: argparse.Argument
                    help="abort this long after check_stock (0.6 s) starts (default 0.15)")
     d.add_argument("--abort-at-event", type=int, metavar="N",
                    help="abort right after the N-th event of the run instead (explore other abort points)")
+    d.add_argument("--approve", action="store_true",
+                   help="every place_order waits for a person's approval: the demo approves the coffee order, "
+                        "denies the tea order with a reason, then resumes (with --no-resume it stops at the "
+                        "request and prints the `we0nb approve` / `we0nb deny` / `we0nb resume` commands)")
     d.set_defaults(run=cmd_demo)
 
     r = sub.add_parser(

@@ -57,10 +57,11 @@ def read_ledger(path: Path, session_id: Optional[str] = None) -> list[dict[str, 
     return rows
 
 
-def demo_tools(ledger: Path, session_id: str, *, stock_seconds: float = 0.6) -> list:
-    """``place_order`` (side effects: appends to the ledger) and ``check_stock`` (read-only)."""
+def demo_tools(ledger: Path, session_id: str, *, stock_seconds: float = 0.6, approve: bool = False) -> list:
+    """``place_order`` (side effects: appends to the ledger) and ``check_stock`` (read-only).
+    ``approve``: every ``place_order`` call waits for a person's approval (``we0nb demo --approve``)."""
 
-    @tool
+    @tool(requires_approval=approve)
     async def place_order(item: str, quantity: int) -> str:
         """Place an order with the supplier. A side effect: never run twice."""
         await asyncio.sleep(0.05)
@@ -98,6 +99,9 @@ def _sentence(name: str, args: dict[str, Any], result: Optional[ToolResult]) -> 
         return f"{str(item).capitalize()}: {n} in stock."
     if not result.is_error:
         return result.content
+    if result.content.startswith("Denied by a person"):
+        said = result.content.split(". The call was not executed")[0].removeprefix("Denied by a person")
+        return f"The {item} order was denied by a person{said.replace(': ', ' (', 1) + ')' if said else ''}: not placed."
     what = "order" if name == "place_order" else "stock check"
     again = (f" Ordering has side effects, so it was not placed again: say 'order {item}' to try."
              if name == "place_order" else "")
@@ -121,7 +125,7 @@ def demo_model(delay: float = 0.03) -> FunctionModel:
 
 
 def demo_agent(persistence: Persistence, session_id: str, ledger: Path, *, delay: float = 0.03,
-               stock_seconds: float = 0.6) -> We0Agent:
-    """The agent of ``we0nb demo`` and ``we0nb resume``."""
-    return We0Agent(demo_model(delay), tools=demo_tools(ledger, session_id, stock_seconds=stock_seconds),
-                    persistence=persistence)
+               stock_seconds: float = 0.6, approve: bool = False) -> We0Agent:
+    """The agent of ``we0nb demo`` and ``we0nb resume`` (``approve``: orders wait for a person)."""
+    return We0Agent(demo_model(delay), tools=demo_tools(ledger, session_id, stock_seconds=stock_seconds,
+                                                        approve=approve), persistence=persistence)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 from ..messages import UNFINISHED_REASON, MessageWithParts, ReasoningPart, TextPart, ToolPart, Transcript
 
 __all__ = ["ts", "table", "outcome", "tool_rows", "format_tools", "format_transcript", "session_state", "call_label",
-           "LivePrinter", "TOOL_COLUMNS"]
+           "approval_rows", "LivePrinter", "TOOL_COLUMNS"]
 
 
 def ts(t: Optional[float]) -> str:
@@ -51,11 +51,18 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], widths: Option
 
 
 def outcome(part: ToolPart, message: MessageWithParts) -> str:
-    """What recovery did to the call, read back from the store: keep, recall, interrupt or nothing."""
+    """What recovery did to the call, read back from the store: keep, recall, interrupt or nothing;
+    for a call that needed a person's approval, the decision (approved, denied) or that it awaits one."""
     if part.interrupted:
         return f"interrupt ({part.interrupt_reason})"
     if part.recalled:
         return "recall"
+    if part.awaiting_approval:
+        return "(awaiting approval)"
+    if part.approval == "denied":
+        return "denied"
+    if part.approval == "approved":
+        return "approved" if part.finished else "approved (not run yet)"
     err = getattr(message.info, "error", None)
     if part.finished and err is not None and err.reason == UNFINISHED_REASON:
         return "keep"
@@ -86,6 +93,17 @@ TOOL_WIDTHS = {"input": 34, "output / error": 60}
 def format_tools(tr: Transcript) -> str:
     rows = tool_rows(tr)
     return table(rows, TOOL_COLUMNS, TOOL_WIDTHS) if rows else "(no tool calls)"
+
+
+def approval_rows(session_id: str, parts: Sequence[ToolPart]) -> list[dict[str, Any]]:
+    """One row per call awaiting a decision (``we0nb approvals``, the demo)."""
+    rows = []
+    for p in parts:
+        detail = p.approval_detail
+        rows.append({"session": session_id, "call": p.call_id, "tool": p.tool, "input": _json(p.state.input),
+                     "why": detail.why if detail is not None else "",
+                     "requested": ts(detail.requested) if detail is not None else "-"})
+    return rows
 
 
 def _message_head(m: MessageWithParts) -> list[str]:
@@ -130,9 +148,12 @@ def format_transcript(tr: Transcript, width: int = 88) -> str:
 
 
 def session_state(tr: Transcript) -> str:
-    """``empty``, ``needs resume`` (the one rule: :attr:`Transcript.needs_resume`) or ``complete``."""
+    """``empty``, ``awaiting approval`` (calls wait for a person's decision), ``needs resume`` (the
+    one rule: :attr:`Transcript.needs_resume`) or ``complete``."""
     if not tr.messages:
         return "empty"
+    if tr.pending_approvals:
+        return "awaiting approval"
     return "needs resume" if tr.needs_resume else "complete"
 
 
@@ -149,6 +170,7 @@ class LivePrinter:
         self._col = 0
         self._explain = explain
         self.events = 0
+        self._shown: dict[str, str] = {}  # part id -> the state last printed (a state is printed once)
 
     def _line(self, s: str) -> None:
         if self._col:
@@ -176,6 +198,9 @@ class LivePrinter:
             self._line(f"[assistant] step {ev['step']} of this run")
         elif kind == "tool":
             p = ev["part"]
+            if self._shown.get(p.id) == p.state.status:
+                return
+            self._shown[p.id] = p.state.status
             line = f"  tool {p.tool:<12} {p.state.status:<9} {_short(_json(p.state.input), 40)}"
             res = getattr(p.state, "output", None) or getattr(p.state, "error", None)
             self._line(line + (f" -> {_short(res, 70)}" if res else ""))
@@ -183,6 +208,10 @@ class LivePrinter:
             self._recovery(ev)
         elif kind == "step-finish":
             self._line(f"  (step {ev['step']} finished: {ev['finish_reason']})")
+        elif kind == "approval-request":
+            p = ev["part"]
+            why = p.approval_detail.why if p.approval_detail is not None else ""
+            self._line(f"  approval {call_label(p, 40)} awaits a person's decision" + (f": {why}" if why else ""))
         elif kind == "finish":
             self._line(f"[finish] result={ev['result'].result!r}")
 
