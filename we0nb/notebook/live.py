@@ -310,6 +310,17 @@ class LiveView:
         self._open = None
         self._touch()
 
+    def show_turn(self, messages: Any) -> None:
+        """Show the session's current turn as the store holds it (from its last user message on):
+        a panel opened on a stored session starts from there, and a resume updates it in place."""
+        last_user = max((i for i, m in enumerate(messages) if m.info.role == "user"), default=0)
+        for m in messages[last_user:]:
+            self._turn(m.info.id, m.info).parts = list(m.parts)
+        if self.session_id is None and messages:
+            self.session_id = messages[0].info.session_id
+        self._open = None
+        self._touch()
+
     def _find_buf(self, part_id: str) -> Optional[_Buf]:
         for t in reversed(self.turns):
             for p in t.parts:

@@ -212,6 +212,7 @@ class RunPanel:
         t = await self.agent.transcript(self.session_id)
         if t.session is not None and self.status == "idle":
             if t.pending_approvals:
+                self.view.show_turn(t.messages)
                 self._await_decisions(t.pending_approvals)
             elif t.needs_resume:
                 self._set_status("needs resume", "the last turn did not finish")
@@ -312,7 +313,7 @@ class RunPanel:
     async def _nothing_to_resume(self) -> bool:
         t = await self.agent.transcript(self.session_id)
         if t.pending_approvals:  # resume would only end "approval" again: decide first
-            self.view.show_stored(t.messages)
+            self.view.show_turn(t.messages)
             self.view.note = "nothing to resume yet: calls await a person's decision"
             self.view.close("approval")
             self._await_decisions(t.pending_approvals)
