@@ -246,6 +246,10 @@ async def test_a_panel_rebuilt_on_the_store_finds_the_awaiting_calls(tmp_path):
         result = await asyncio.wait_for(panel.wait(decisions=True), 20)
         assert result.text == "One paid, one denied." and ran == [(XSS, 5)]
         assert "One paid, one denied." in handles[0].bundles[-1]["text/html"]
+        # the view started from the stored turn, and the resume updated its calls in place, in order
+        plain = handles[0].bundles[-1]["text/plain"].splitlines()
+        assert plain[1] == "[user] pay" and plain[2] == "[assistant] Paying both."
+        assert plain[3].startswith("  tool pay(") and "[approved]" in plain[3] and " denied -> " in plain[4]
     finally:
         await store.close()
 
