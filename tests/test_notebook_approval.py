@@ -236,6 +236,8 @@ async def test_a_panel_rebuilt_on_the_store_finds_the_awaiting_calls(tmp_path):
         panel, handles = panel_for(agent)
         await until(lambda: panel.status == "awaiting approval")
         assert [row.call_id for row in panel.approvals.rows] == [p.call_id for p in r.approvals]
+        shown = panel.view.bundle(final=True)["text/plain"]  # the stored turn, awaiting calls included
+        assert "[user] pay" in shown and "[assistant] Paying both." in shown and shown.count("awaiting approval") == 2
         # Resume before deciding runs nothing: the calls still wait, and the panel says so
         panel.resume()
         assert await panel.wait() is None and panel.status == "awaiting approval"
