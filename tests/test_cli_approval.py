@@ -376,3 +376,17 @@ def test_approvals_never_creates_tables_on_postgres(tmp_path):
         with eng.begin() as c:
             c.execute(sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         eng.dispose()
+
+
+def test_the_readme_approval_sample_is_what_the_demo_prints(tmp_path):
+    """Every line of the README's `we0nb demo --approve` sample (but the elided "...") is printed."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Human approval of tool calls", 1)[1].split("\n## ", 1)[0]
+    sample = next(body for lang, body in re.findall(r"```(\w*)\n(.*?)```", section, re.S) if not lang)
+    p = run("demo", "--approve", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    printed = p.stdout.splitlines()
+    lines = [line for line in sample.splitlines() if line.strip() and line.strip() != "..."]
+    assert len(lines) >= 8
+    for line in lines:
+        assert line in printed, line
