@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from nbutil_lab import CHROMIUM, Lab
-from test_browser_lab import _browser, _dismiss_toasts, _kernel_ready, _run_all, _started, _write, artifacts  # noqa: F401
+from test_browser_lab import _browser, _dismiss_toasts, _kernel_ready, _run_all, _started, _write
 
 pytestmark = pytest.mark.browser
 
@@ -49,8 +49,15 @@ panel.start("Pay the invoices")""",
 ]
 
 
+@pytest.fixture
+def artifacts() -> Path:
+    d = Path(os.environ.get("WE0NB_ARTIFACTS", "test-artifacts"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 @pytest.mark.timeout(900)
-def test_approve_and_deny_clicked_in_jupyterlab(tmp_path, artifacts):  # noqa: F811
+def test_approve_and_deny_clicked_in_jupyterlab(tmp_path, artifacts):
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
     playwright = pytest.importorskip("playwright.sync_api")
