@@ -99,7 +99,11 @@ class ApprovalRow:
             w.add_class(cls)
         self._buttons = W.HBox([self.approve_button, self.deny_button, self.message],
                                layout=W.Layout(align_items="center", width="100%"))
-        self.widget = W.VBox([self.info, self.args, self.reason, self._buttons],
+        # each box in a holder of its own: renewing it re-renders that holder only, never the
+        # buttons (a button re-rendered between mouse-down and mouse-up would lose the click)
+        self._holders = {"args": W.Box([self.args], layout=W.Layout(width="100%")),
+                         "reason": W.Box([self.reason], layout=W.Layout(width="100%"))}
+        self.widget = W.VBox([self.info, self._holders["args"], self._holders["reason"], self._buttons],
                              layout=W.Layout(border="1px solid rgba(128,128,128,0.4)", padding="4px", margin="4px 0",
                                              width="100%"))
         self.widget.add_class("we0-approval")
@@ -142,7 +146,7 @@ class ApprovalRow:
         new = self._text_box(name, old.value if value is None else value)
         new.disabled = old.disabled
         setattr(self, name, new)
-        self.widget.children = (self.info, self.args, self.reason, self._buttons)
+        self._holders[name].children = (new,)
 
     # ------------------------------------------------------------------ state
 
