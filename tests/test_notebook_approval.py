@@ -337,3 +337,28 @@ async def test_show_renders_an_approval_run_and_says_how_to_decide():
     assert "data-status='approval'" in final["text/html"] and "we0nb approve" in final["text/html"]
     assert "we0-s-awaiting" in final["text/html"] and "<img" not in final["text/html"]
     assert "2 calls await a person's decision" in final["text/plain"]
+
+
+async def test_an_edit_renews_its_box_only():
+    """Each edit received replaces the text box by a fresh one (the widgets' front end sends a box's
+    next edit only after an idle a busy kernel never reports); the buttons are never re-rendered."""
+    agent = make_agent([])
+    panel, _ = panel_for(agent)
+    panel.start("pay")
+    await panel.wait()
+    row = panel.approvals.rows[0]
+    children, buttons, old_args, old_reason = row.widget.children, row._buttons.children, row.args, row.reason
+    assert old_args.continuous_update is False and old_reason.continuous_update is False  # sent when it loses focus
+    old_args.value = '{"to": "x", "amount": 1}'
+    await until(lambda: row.args is not old_args)
+    assert row.args.value == '{"to": "x", "amount": 1}' and row.args.model_id != old_args.model_id
+    assert row.widget.children == children and row._buttons.children == buttons  # same widgets: same views
+    assert row._holders["args"].children == (row.args,)
+    old_reason.value = "no"
+    await until(lambda: row.reason is not old_reason)
+    assert row.reason.value == "no" and row._holders["reason"].children == (row.reason,)
+    old_args.value = "ignored"  # a retired box no longer counts
+    row.approve_button.click()
+    await until(lambda: row.decision == "approved")
+    t = await agent.transcript("ses_ap")
+    assert t.messages[1].tool_parts[0].approval_detail.input == {"to": "x", "amount": 1}
