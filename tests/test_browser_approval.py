@@ -59,9 +59,17 @@ def artifacts() -> Path:
 def _ready(page, restart: bool) -> None:
     """Run All until the panel shows two rows and the second cell waits for the decisions. JupyterLab
     sometimes replaces the kernel as it starts and asks "Select Kernel": accept and run all again."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     state = "not started"
     for attempt in range(4):
-        _kernel_ready(page)
+        try:
+            _kernel_ready(page)
+        except PlaywrightTimeout:  # a "Select Kernel" dialog that does not go away: load the page again
+            state = "dialog stuck"
+            page.reload(wait_until="domcontentloaded", timeout=120_000)
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+            continue
         _run_all(page, restart=restart or attempt > 0)
         if not _started(page):  # right after the kernel dialog, Run All can be dropped
             continue
