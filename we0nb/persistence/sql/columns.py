@@ -112,6 +112,7 @@ class _Query:
     applies: Any = None  # the rows whose document holds doc values (None: all)
     created: Any = None  # the creation time that since/until select by
     join: Any = None  # (table, on) needed for ``created``
+    finish: Any = None  # chunk -> chunk: columns made from the read ones (before ``convert``)
 
     @property
     def names(self) -> list[str]:
@@ -227,7 +228,7 @@ class SqlReader:
         """Parts: ids, type, tool, status, start, end and text (a text/reasoning part's text, a
         compaction's summary). ``tools_only``: tool parts, with call_id, the interrupt/recall
         flags and input/metadata (compact JSON text), output and error instead of type/text,
-        and the approval columns (see :meth:`_approval_docs`)."""
+        and the approval columns (see :func:`_approval_columns`)."""
         import sqlalchemy as sa
 
         p, m = T.parts, T.messages
@@ -239,7 +240,8 @@ class SqlReader:
                        ("interrupt_reason", p.c.interrupt_reason), ("recalled", p.c.recalled)]
             q.docs = [self._member("input", ("state", "input"), True), self._member("output", ("state", "output")),
                       self._member("error", ("state", "error")), self._member("metadata", ("state", "metadata"), True),
-                      *self._approval_docs()]
+                      self._member("approval", ("approval",)), self._member("approval_detail", ("approval_detail",), True)]
+            q.finish = _approval_columns
             # ``type || ''`` keeps SQLite from walking ix_we0_parts_tool and looking rows up in
             # index order (random reads): a sequential scan is ~1.5x cheaper; a session filter
             # still uses the session index, and PostgreSQL plans it the same way
@@ -261,30 +263,6 @@ class SqlReader:
 
     def _member(self, name: str, path: tuple[str, ...], as_json: bool = False) -> _Doc:
         return _Doc(name, self._extract(path, as_json), lambda d: _json_member(d, path, as_json), True)
-
-    def _approval_docs(self) -> list[_Doc]:
-        """A tool call's approval, read from its document (no flat column holds it).
-
-        ``approval``; ``approval_reason`` (the reason a person gave with a denial, else why
-        the call needed approval); ``approved_input`` (the arguments a person corrected when
-        approving, compact JSON); ``decided`` (epoch seconds of the decision).
-        """
-        import sqlalchemy as sa
-
-        approval = self._extract(("approval",))
-        reason = None
-        if approval is not None:
-            reason = sa.case((approval == "denied", self._extract(("approval_detail", "reason"))),
-                             (approval.is_not(None), self._extract(("approval_detail", "why"))), else_=sa.null())
-        path = ("approval_detail", "input")
-        approved = self._extract(path, True)
-        if self.dialect == "postgresql":  # a JSON null is SQL NULL (as on SQLite), not the text 'null'
-            approved = sa.case((self._extract(path).is_(None), sa.null()), else_=approved)
-        decided = _extract_number(self.dialect, T.parts.c.data, ("approval_detail", "decided"))
-        return [self._member("approval", ("approval",)),
-                _Doc("approval_reason", reason, _approval_reason, True),
-                _Doc("approved_input", approved, lambda d: _json_member(d, path, True), True),
-                _Doc("decided", decided, lambda d: _number(d, ("approval_detail", "decided")), True)]
 
     def _has_nul(self, data: Any) -> Any:
         import sqlalchemy as sa
@@ -367,7 +345,8 @@ class SqlReader:
         docs = cols.pop()
         if docs.count(None) != len(docs):
             self._read_documents(q, cols, docs, corrupt)
-        return dict(zip(names, cols))
+        chunk = dict(zip(names, cols))
+        return q.finish(chunk) if q.finish is not None else chunk
 
     def _read_documents(self, q: _Query, cols: list, docs: Sequence[Optional[str]], corrupt: list[CorruptRow]) -> None:
         """The doc columns of the flagged rows, read off their documents with ``json.loads``."""
@@ -431,16 +410,6 @@ def _extract(dialect: str, col: Any, path: Sequence[str], as_json: bool) -> Any:
     return None  # read ``data`` and extract in Python (other databases)
 
 
-def _extract_number(dialect: str, col: Any, path: Sequence[str]) -> Any:
-    """A numeric JSON member as a double (None: a dialect read in Python)."""
-    import sqlalchemy as sa
-
-    e = _extract(dialect, col, path, False)
-    if e is None or dialect == "sqlite":
-        return e  # json_extract gives a REAL for a JSON number
-    return sa.cast(e, sa.Float)
-
-
 def _dump(obj: Any) -> str:
     import pydantic_core
 
@@ -456,19 +425,37 @@ def _json_member(doc: dict, path: Sequence[str], as_json: bool) -> Optional[str]
     return v if isinstance(v, str) and not as_json else _dump(v)
 
 
-def _number(doc: dict, path: Sequence[str]) -> Optional[float]:
-    v: Any = doc
-    for k in path:
-        v = v.get(k) if isinstance(v, dict) else None
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+def _approval_columns(chunk: dict[str, Any]) -> dict[str, Any]:
+    """A tool call's approval columns, from ``approval`` and its ``approval_detail`` document.
 
-
-def _approval_reason(doc: dict) -> Optional[str]:
-    """The reason a person gave with a denial, else why the call needed approval (None: no approval)."""
-    approval = doc.get("approval")
-    if approval is None:
-        return None
-    return _json_member(doc, ("approval_detail", "reason" if approval == "denied" else "why"), False)
+    The database extracts two members per row (most rows have no approval: their detail is
+    NULL); the few details there are parse here: ``approval_reason`` (the reason a person gave
+    with a denial, else why the call needed approval), ``approved_input`` (the arguments a
+    person corrected when approving, compact JSON) and ``decided`` (epoch seconds).
+    """
+    details = chunk.pop("approval_detail")
+    n = len(details)
+    reason: list[Any] = [None] * n
+    approved: list[Any] = [None] * n
+    decided: list[Any] = [None] * n
+    for i, text in enumerate(details):
+        if text is None:
+            continue
+        try:
+            d = json.loads(text)
+        except ValueError:
+            d = None
+        if not isinstance(d, dict):
+            continue
+        approval = chunk["approval"][i]
+        if approval is not None:
+            reason[i] = d.get("reason" if approval == "denied" else "why")
+        if d.get("input") is not None:
+            approved[i] = _dump(d["input"])
+        t = d.get("decided")
+        decided[i] = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+    chunk.update(approval_reason=tuple(reason), approved_input=tuple(approved), decided=tuple(decided))
+    return chunk
 
 
 def _part_text(doc: dict) -> Optional[str]:
