@@ -164,6 +164,8 @@ def test_no_resume_then_decide_and_resume_from_other_processes(tmp_path):
     assert [a[1] for a in pasted] == ["approve", "deny", "resume"]
     assert pasted[0][2:4] == ["ses approve", ids["coffee"]] and pasted[1][3] == ids["tea"]
     assert run("sessions", "--db", url, cwd=tmp_path).stdout.count("awaiting approval") == 1
+    sh = run("show", "ses approve", "--db", url, cwd=tmp_path)
+    assert sh.stdout.count("[pending] (awaiting approval)") == 2 and "state: awaiting approval" in sh.stdout
 
     a = run("approvals", "--db", url, cwd=tmp_path)
     assert a.returncode == 0 and ids["coffee"] in a.stdout and ids["tea"] in a.stdout
