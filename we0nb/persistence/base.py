@@ -210,7 +210,8 @@ class Persistence(abc.ABC):
     async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float,
                                 expires: float) -> list[BatchItem]:
         """Claim up to ``n`` claimable items (queued, claim expired), in item order: each becomes
-        ``running``, held by ``owner`` until ``expires``, its ``attempts`` counted. Two claimers
+        ``running``, held by ``owner`` (``host:pid:worker``, see :func:`lease_owner`) until
+        ``expires``, its ``attempts`` counted. Two claimers
         never get the same item (one statement: an atomic UPDATE; PostgreSQL skips locked rows)."""
         raise self._no_batches()
 

@@ -48,11 +48,19 @@ async def open_batch(store: Any, name: str, new: Sequence[NewItem], session_ids_
 
 
 async def claim(store: Any, name: str, owner: str, n: int, now: float, expires: float) -> list[BatchItem]:
-    params = {"b": name, "owner": owner[:256], "host": store._host, "pid": os.getpid(), "n": n, "now": now,
-              "expires": expires}
+    host, pid = owner_process(owner, store._host)
+    params = {"b": name, "owner": owner[:256], "host": host, "pid": pid, "n": n, "now": now, "expires": expires}
     got = [item_from_row(r) for r in await store._db.fetchall("batch_claim", params)]
     got.sort(key=lambda it: it.item)
     return got
+
+
+def owner_process(owner: str, default_host: str) -> tuple[str, int]:
+    """``(host, pid)`` of an owner made by :func:`~we0nb.persistence.base.lease_owner` (``host:pid:id``)."""
+    parts = owner.rsplit(":", 2)
+    if len(parts) == 3 and parts[1].isdigit():
+        return parts[0][:128], int(parts[1])
+    return default_host, os.getpid()
 
 
 async def renew(store: Any, name: str, owner: str, expires: float) -> int:

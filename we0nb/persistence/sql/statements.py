@@ -120,7 +120,10 @@ def _batch_constructs(insert: Any) -> dict[str, tuple[Any, Optional[list[str]]]]
     cols = [I.c[n] for n in ITEM_COLUMNS]
     claimable = select(I.c.item).where(I.c.batch == b, I.c.queued == true(), I.c.expires < bindparam("now")) \
         .order_by(I.c.item).limit(bindparam("n")).offset(literal_column("0")).with_for_update(skip_locked=True)
-    claim = update(I).where(I.c.batch == b, I.c.item.in_(claimable.scalar_subquery())).values(
+    # a CTE, materialized: PostgreSQL must pick the rows once (an IN (subquery … LIMIT … SKIP LOCKED)
+    # may be rescanned per row and pick them all)
+    picked = claimable.cte("picked").prefix_with("MATERIALIZED")
+    claim = update(I).where(I.c.batch == b, I.c.item.in_(select(picked.c.item))).values(
         status=running, owner=bindparam("owner"), host=bindparam("host"), pid=bindparam("pid"),
         expires=bindparam("expires"), attempts=I.c.attempts + literal_column("1"),
         started=func.coalesce(I.c.started, bindparam("now"))).returning(*cols)
