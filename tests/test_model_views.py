@@ -25,7 +25,7 @@ from we0nb import (
 )
 from we0nb.errors import We0Error
 from we0nb.engine.history import HistoryCache, convert, to_model_messages
-from we0nb.models.base import AssistantTurn, ToolCall, ToolResult, UserTurn
+from we0nb.models.base import AssistantTurn, ReasoningBlock, ToolCall, ToolResult, UserTurn
 from we0nb.models.view import dump_view, load_views
 from we0nb.persistence.sql import tables as S
 from we0nb.persistence.base import recent_start
@@ -43,6 +43,16 @@ def test_views_round_trip_every_item_kind() -> None:
     for bad in (["{not json"], ['[["z", 1]]'], ['[["a"]]']):
         with pytest.raises(ValueError, match="model view"):
             load_views(bad)
+
+
+def test_views_keep_reasoning_blocks_and_read_views_written_before_them() -> None:
+    turn = AssistantTurn("t", "ab", [ToolCall("c1", "read", {})],
+                         reasoning_blocks=[ReasoningBlock("ab", "S1"), ReasoningBlock("", None, "R")])
+    view = dump_view([turn])
+    assert load_views([view]) == [turn]
+    assert dump_view([AssistantTurn("t", "ab")]) == '[["a","t","ab",[]]]'  # no blocks: the old format
+    old = '[["a","t","think",[["c1","read",{}]]]]'  # a view stored before reasoning blocks existed
+    assert load_views([old]) == [AssistantTurn("t", "think", [ToolCall("c1", "read", {})])]
 
 
 @pytest.mark.parametrize("roles,summary,views,expected", [

@@ -104,10 +104,14 @@ class MessageTime(_Model):
 
 
 class Usage(_Model):
+    """Tokens of one model call (or a sum). ``input_tokens`` is the whole prompt: uncached,
+    read from the provider's cache (``cached_tokens``) and written to it (``cache_write_tokens``)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(
@@ -115,6 +119,7 @@ class Usage(_Model):
             output_tokens=self.output_tokens + other.output_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             cached_tokens=self.cached_tokens + other.cached_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
 
@@ -164,9 +169,15 @@ class TextPart(_PartBase):
 
 
 class ReasoningPart(_PartBase):
+    """The model's reasoning ("thinking"). A provider that verifies reasoning sent back to it
+    (Anthropic) gives each block a ``signature``, or, for a block it redacted, opaque
+    ``redacted`` data instead of text; both are kept so a later run can send them back."""
+
     type: Literal["reasoning"] = "reasoning"
     text: str = ""
     time: Optional[PartTime] = None
+    signature: Optional[str] = None
+    redacted: Optional[str] = None
 
 
 class ToolTime(_Model):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..messages import CompactionPart, MessageWithParts, ReasoningPart, TextPart, ToolPart
-from ..models.base import AssistantTurn, ModelMessage, ToolCall, ToolResult, UserTurn
+from ..models.base import AssistantTurn, ModelMessage, ReasoningBlock, ToolCall, ToolResult, UserTurn
 
 __all__ = ["to_model_messages", "convert", "HistoryCache", "SUMMARY_PREFIX"]
 
@@ -26,6 +26,7 @@ def convert(m: MessageWithParts) -> list[ModelMessage]:
     out: list[ModelMessage] = []
     text: list[str] = []
     thinking: list[str] = []
+    blocks: list[ReasoningBlock] = []
     calls: list[ToolCall] = []
     results: list[ToolResult] = []
     for p in m.parts:
@@ -33,6 +34,8 @@ def convert(m: MessageWithParts) -> list[ModelMessage]:
             text.append(p.text)
         elif isinstance(p, ReasoningPart):
             thinking.append(p.text)
+            if p.signature is not None or p.redacted is not None:  # (an unsigned block cannot go back)
+                blocks.append(ReasoningBlock(p.text, p.signature, p.redacted))
         elif isinstance(p, ToolPart):
             st = p.state
             if st.status == "completed":
@@ -45,7 +48,7 @@ def convert(m: MessageWithParts) -> list[ModelMessage]:
             return [UserTurn(SUMMARY_PREFIX + p.summary)]
     joined = "".join(text)
     if joined or calls:
-        out.append(AssistantTurn(joined, "".join(thinking), calls))
+        out.append(AssistantTurn(joined, "".join(thinking), calls, reasoning_blocks=blocks))
         out.extend(results)
     return out
 

@@ -4,7 +4,9 @@ Deltas are the hot path (thousands per second): they take a flag test, a buffer 
 and a dict; everything else goes through :meth:`StepProcessor.handle`. Text is repaired
 as it arrives (surrogate halves joined, lone ones replaced: :mod:`we0nb._text`); tool
 arguments given as JSON text are parsed once, so what is persisted is what runs; a call
-id the model repeats within a step is made unique, so results pair with their calls.
+id the model repeats within a step is made unique, so results pair with their calls. A
+:class:`~we0nb.models.base.ReasoningEnd` closes the reasoning part with the provider's
+signature (a redacted block becomes a part of its own), so it can be sent back later.
 
 When the model fails, what it produced so far is persisted: an ``Exception`` is recorded
 on the (unfinished) assistant message and reaches the caller — a provider's own error as
@@ -35,7 +37,7 @@ from ..messages import (
     ToolPart,
     ToolStatePending,
 )
-from ..models.base import FinishEvent, ModelRequest, ReasoningDelta, TextDelta, ToolCallEvent
+from ..models.base import FinishEvent, ModelRequest, ReasoningDelta, ReasoningEnd, TextDelta, ToolCallEvent
 from .abort import Aborted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -125,7 +127,7 @@ class StepProcessor:
             yield out
 
     async def handle(self, ev: Any) -> list[dict[str, Any]]:
-        """Every model event but the deltas: tool calls and the finish."""
+        """Every model event but the deltas: tool calls, reasoning ends and the finish."""
         cls = type(ev)
         if cls is ToolCallEvent:
             out = await self._close_open()
@@ -139,6 +141,8 @@ class StepProcessor:
         if cls is FinishEvent:
             self.finish = ev
             return []
+        if cls is ReasoningEnd:
+            return await self._reasoning_end(ev)
         raise TypeError(f"The model streamed an unknown event {ev!r}.")
 
     # ------------------------------------------------------------------ parts
@@ -154,6 +158,25 @@ class StepProcessor:
         state.writer.open_part(part)
         await state.writer.write(None, part)
         out.append({"type": f"{kind}-start", "part": part.model_copy()})
+        return out
+
+    async def _reasoning_end(self, ev: ReasoningEnd) -> list[dict[str, Any]]:
+        """Close the open reasoning part with its signature; a redacted block (or a signature
+        without text) becomes a reasoning part of its own."""
+        open_part = self.state.writer.open
+        if ev.redacted is None and isinstance(open_part, ReasoningPart):
+            open_part.signature = ev.signature
+            return await self._close_open()
+        if ev.redacted is None and ev.signature is None:
+            return []  # nothing to keep: the next part closes the open one
+        out = await self._close_open()
+        state, info, t = self.state, self.info, now()
+        part = ReasoningPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
+                             time=PartTime(start=t, end=t), signature=ev.signature, redacted=ev.redacted)
+        self.msg.parts.append(part)
+        await state.writer.write(None, part)
+        out.append({"type": "reasoning-start", "part": part.model_copy()})
+        out.append({"type": "reasoning-end", "part": part.model_copy()})
         return out
 
     async def _close_open(self) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from .base import __all__ as _base_all
 from .scripted import FunctionModel, ScriptedModel, fail, output, reasoning, text, tool_call, usage
 
 __all__ = [*_base_all, "ScriptedModel", "FunctionModel", "text", "reasoning", "tool_call", "output", "usage",
-           "fail", "OpenAIChatModel"]
+           "fail", "OpenAIChatModel", "AnthropicModel"]
 
 
 def __getattr__(name: str):
@@ -13,4 +13,8 @@ def __getattr__(name: str):
         from .openai import OpenAIChatModel
 
         return OpenAIChatModel
+    if name == "AnthropicModel":
+        from .anthropic import AnthropicModel
+
+        return AnthropicModel
     raise AttributeError(name)

@@ -16,6 +16,7 @@ from ..messages import Usage
 __all__ = [
     "UserTurn",
     "ToolCall",
+    "ReasoningBlock",
     "AssistantTurn",
     "ToolResult",
     "ModelMessage",
@@ -23,6 +24,7 @@ __all__ = [
     "ModelRequest",
     "TextDelta",
     "ReasoningDelta",
+    "ReasoningEnd",
     "ToolCallEvent",
     "FinishEvent",
     "ModelEvent",
@@ -47,11 +49,26 @@ class ToolCall:
 
 
 @dataclass
+class ReasoningBlock:
+    """A reasoning block as its provider must get it back: the text with its ``signature``, or
+    the opaque ``redacted`` data of a block the provider redacted (then ``text`` is empty)."""
+
+    text: str = ""
+    signature: Optional[str] = None
+    redacted: Optional[str] = None
+
+
+@dataclass
 class AssistantTurn:
+    """An assistant turn. ``reasoning`` is its reasoning text (all of it, joined);
+    ``reasoning_blocks`` the blocks that carry a signature or redacted data, in order — what
+    a provider that verifies reasoning (Anthropic) needs back; others ignore them."""
+
     text: str = ""
     reasoning: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     role: Literal["assistant"] = "assistant"
+    reasoning_blocks: list[ReasoningBlock] = field(default_factory=list)
 
 
 @dataclass
@@ -98,6 +115,16 @@ class ReasoningDelta:
 
 
 @dataclass
+class ReasoningEnd:
+    """The end of a reasoning block, with what the provider wants back: its ``signature``, or
+    the ``redacted`` data of a block without text (it then stands for a block of its own).
+    Optional: a model that sends none gets consecutive reasoning deltas as one part."""
+
+    signature: Optional[str] = None
+    redacted: Optional[str] = None
+
+
+@dataclass
 class ToolCallEvent:
     """A complete tool call. ``input`` is a dict, or the raw argument text when it did not parse."""
 
@@ -112,7 +139,7 @@ class FinishEvent:
     usage: Usage = field(default_factory=Usage)
 
 
-ModelEvent = Union[TextDelta, ReasoningDelta, ToolCallEvent, FinishEvent]
+ModelEvent = Union[TextDelta, ReasoningDelta, ReasoningEnd, ToolCallEvent, FinishEvent]
 
 
 class Model(abc.ABC):

@@ -8,7 +8,9 @@ ones. The view is derived data: SqlPersistence drops it whenever the message or 
 its parts is written again, so it can never disagree with the parts it was made from.
 
 Format: a JSON array of items, ``["u", text]`` · ``["a", text, reasoning, [[call_id, name,
-input], …]]`` · ``["t", call_id, name, content, is_error]``.
+input], …]]`` · ``["t", call_id, name, content, is_error]``. An assistant item with signed
+or redacted reasoning blocks has a fifth element, ``[[text, signature, redacted], …]``
+(views written before it existed have four and load with no blocks).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
-from .base import AssistantTurn, ModelMessage, ToolCall, ToolResult, UserTurn
+from .base import AssistantTurn, ModelMessage, ReasoningBlock, ToolCall, ToolResult, UserTurn
 
 __all__ = ["dump_view", "load_views"]
 
@@ -30,7 +32,10 @@ def dump_view(items: Sequence[ModelMessage]) -> str:
         if isinstance(m, UserTurn):
             out.append(["u", m.text])
         elif isinstance(m, AssistantTurn):
-            out.append(["a", m.text, m.reasoning, [[c.call_id, c.name, c.input] for c in m.tool_calls]])
+            item = ["a", m.text, m.reasoning, [[c.call_id, c.name, c.input] for c in m.tool_calls]]
+            if m.reasoning_blocks:
+                item.append([[b.text, b.signature, b.redacted] for b in m.reasoning_blocks])
+            out.append(item)
         elif isinstance(m, ToolResult):
             out.append(["t", m.call_id, m.name, m.content, 1 if m.is_error else 0])
         else:  # pragma: no cover - ModelMessage has three kinds
@@ -55,7 +60,10 @@ def load_views(views: Sequence[str]) -> list[ModelMessage]:
                 if kind == "u":
                     append(UserTurn(it[1]))
                 elif kind == "a":
-                    append(AssistantTurn(it[1], it[2], [ToolCall(c[0], c[1], c[2]) for c in it[3]]))
+                    turn = AssistantTurn(it[1], it[2], [ToolCall(c[0], c[1], c[2]) for c in it[3]])
+                    if len(it) > 4:
+                        turn.reasoning_blocks = [ReasoningBlock(b[0], b[1], b[2]) for b in it[4]]
+                    append(turn)
                 elif kind == "t":
                     append(ToolResult(it[1], it[2], it[3], bool(it[4])))
                 else:
