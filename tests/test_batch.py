@@ -328,3 +328,26 @@ async def test_live_view_redraws_at_most_four_times_a_second() -> None:
     view._abort(None)
     await asyncio.sleep(0)
     assert view.stop.is_set()
+
+
+async def test_batches_df_batch_df_and_sessions_df_of_a_batch(store, ledger) -> None:
+    from we0nb import batch_df, batches_df, sessions_df, tool_calls_df
+    from we0nb.notebook.sync import run_sync  # noqa: F401  (frames are sync: run them off the loop)
+
+    agent = make_agent(store, ledger, fail=lambda p: p == "p2")
+    batch = await agent.batch(prompts(4), name="one", progress=False)
+    await make_agent(store, ledger).batch(prompts(2), name="two", progress=False)
+    await agent.invoke(messages=[user_message("not in a batch")])
+    frames = await asyncio.to_thread(lambda: (batches_df(store), batch_df(store, "one"),
+                                              sessions_df(store, batch="one"), tool_calls_df(store)))
+    bdf, one, sessions, calls = frames
+    assert list(bdf["name"]) == ["one", "two"] and list(bdf["items"]) == [4, 2]
+    assert list(bdf["stop"]) == [3, 2] and list(bdf["failed"]) == [1, 0] and list(bdf["unfinished"]) == [0, 0]
+    assert str(bdf["created"].dtype) == "datetime64[us, UTC]"
+    assert one.equals(batch.df)
+    assert sorted(sessions["session_id"]) == sorted(one["session_id"])
+    per = calls.groupby("session_id", observed=True).size()
+    for sid, n in zip(one["session_id"], one["tool_calls"]):
+        assert per.get(sid, 0) == n
+    with pytest.raises(ValueError, match="No batch named 'nope'.*'one', 'two'"):
+        await asyncio.to_thread(batch_df, store, "nope")

@@ -109,6 +109,45 @@ async def infos(store: Any, name: Optional[str] = None) -> list[BatchInfo]:
         heads = await store._db.fetchall("batch_get", {"b": name})
         counts = await store._db.fetchall("batch_counts", {"b": name}) if heads else []
     out = {h[0]: BatchInfo(name=h[0], created=h[1], updated=h[2], items=h[3], fingerprint=h[4]) for h in heads}
+    _add_counts(out, counts)
+    return list(out.values())
+
+
+# --------------------------------------------------------------------------- synchronous reads (frames, CLI)
+
+
+def read_items(conn: Any, name: str) -> list[BatchItem]:
+    """The batch's items through a synchronous SQLAlchemy connection (none without the tables)."""
+    from sqlalchemy import inspect, select
+
+    from . import tables as S
+    from .statements import ITEM_COLUMNS
+
+    if not inspect(conn).has_table(S.batch_items.name):
+        return []
+    I = S.batch_items
+    rows = conn.execute(select(*[I.c[n] for n in ITEM_COLUMNS]).where(I.c.batch == name).order_by(I.c.item))
+    return [item_from_row(tuple(r)) for r in rows]
+
+
+def read_infos(conn: Any) -> list[BatchInfo]:
+    """Every batch with its counts, through a synchronous SQLAlchemy connection."""
+    from sqlalchemy import func, inspect, select
+
+    from . import tables as S
+
+    if not inspect(conn).has_table(S.batches.name):
+        return []
+    B, I = S.batches, S.batch_items
+    heads = conn.execute(select(B.c.name, B.c.created, B.c.updated, B.c["items"], B.c.fingerprint).order_by(B.c.name))
+    out = {h[0]: BatchInfo(name=h[0], created=h[1], updated=h[2], items=h[3], fingerprint=h[4]) for h in heads}
+    counts = conn.execute(select(I.c.batch, I.c.status, I.c.queued, func.count(), func.max(I.c.finished))
+                          .group_by(I.c.batch, I.c.status, I.c.queued))
+    _add_counts(out, [tuple(r) for r in counts])
+    return list(out.values())
+
+
+def _add_counts(out: dict[str, BatchInfo], counts: list[Any]) -> None:
     for batch, status, queued, count, finished in counts:
         info = out.get(batch)
         if info is None:
@@ -118,4 +157,3 @@ async def infos(store: Any, name: Optional[str] = None) -> list[BatchInfo]:
         info.counts[status] = info.counts.get(status, 0) + count
         if queued or status == "running":
             info.unfinished += count
-    return list(out.values())
