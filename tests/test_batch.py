@@ -351,3 +351,32 @@ async def test_batches_df_batch_df_and_sessions_df_of_a_batch(store, ledger) -> 
         assert per.get(sid, 0) == n
     with pytest.raises(ValueError, match="No batch named 'nope'.*'one', 'two'"):
         await asyncio.to_thread(batch_df, store, "nope")
+
+
+def test_cli_batch_ls_and_show(tmp_path, capsys) -> None:
+    from we0nb.cli import main
+
+    db = tmp_path / "b.db"
+
+    async def make() -> None:
+        p = SqlPersistence(f"sqlite:///{db}")
+        agent = make_agent(p, Ledger(tmp_path / "l.jsonl"), fail=lambda p: p == "p2")
+        await agent.batch(prompts(5), name="nightly", progress=False)
+        await p.close()
+
+    asyncio.run(make())
+    before = db.stat().st_mtime_ns
+    assert main(["batch", "ls", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "nightly" in out and "1 batch(es)" in out
+    header, _, row = out.splitlines()[:3]
+    assert header.split() == ["batch", "items", "stop", "failed", "unfinished", "updated"]
+    assert row.split()[:5] == ["nightly", "5", "4", "1", "0"]
+    assert main(["batch", "show", "nightly", "--db", f"sqlite:///{db}"]) == 0
+    out = capsys.readouterr().out
+    assert "stop=4  failed=1" in out and "failures (1):" in out and "item 2" in out and "model broke on p2" in out
+    assert main(["batch", "show", "other", "--db", str(db)]) == 1
+    assert "no batch 'other'" in capsys.readouterr().err
+    assert db.stat().st_mtime_ns == before  # read-only
+    assert main(["batch", "ls", "--db", str(tmp_path / "missing.db")]) == 1
+    assert "no database at" in capsys.readouterr().err and not (tmp_path / "missing.db").exists()

@@ -618,6 +618,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--delay", type=float, default=0.03, help="seconds between streamed words (default 0.03)")
     r.set_defaults(run=_resume)
 
+    from .cli_batch import add_parsers as batch_parsers
+
+    batch_parsers(sub, lambda p: p.add_argument("--db", default=default_db, help=db_help), normalize_db)
+
     lab = sub.add_parser("lab", help="open the tutorial notebooks in JupyterLab",
                          description="Run `jupyter lab notebooks/` (extra arguments go to jupyter lab).")
     lab.add_argument("--dir", help="notebook folder (default: ./notebooks or the repository's notebooks/)")
@@ -628,6 +632,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .cli_batch import BatchCliError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "run", None) is None:
@@ -641,7 +647,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if asyncio.iscoroutinefunction(args.run):
             return asyncio.run(args.run(args))
         return args.run(args)
-    except CliError as e:
+    except (CliError, BatchCliError) as e:
         sys.stdout.flush()
         print(f"we0nb {args.command}: error: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,145 @@
+"""``we0nb batch ls`` and ``we0nb batch show NAME``: the batches of a database, read-only.
+
+The database is opened read-only (a SQLite file with ``mode=ro``; nothing is created on
+PostgreSQL either): a database without batches says so in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import statistics
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from .persistence.batches import BATCH_STATUSES, BatchInfo, BatchItem
+
+__all__ = ["add_parsers", "format_batches", "format_batch", "BatchCliError"]
+
+
+class BatchCliError(Exception):
+    """A one-line error of a batch command."""
+
+
+def _ts(t: Optional[float]) -> str:
+    if t is None:
+        return "-"
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(rows: list[dict[str, str]], columns: list[str]) -> str:
+    widths = {c: max([len(c)] + [len(r.get(c, "")) for r in rows]) for c in columns}
+    head = "  ".join(c.ljust(widths[c]) for c in columns)
+    lines = ["  ".join(r.get(c, "").ljust(widths[c]) for c in columns) for r in rows]
+    return "\n".join([head, "  ".join("-" * widths[c] for c in columns), *lines])
+
+
+def format_batches(infos: list[BatchInfo]) -> str:
+    """One line per batch: items by status, unfinished items, last activity."""
+    shown = [s for s in BATCH_STATUSES if any(i.counts.get(s) for i in infos)]
+    rows = [{"batch": i.name, "items": str(i.items), **{s: str(i.counts.get(s, 0)) for s in shown},
+             "unfinished": str(i.unfinished), "updated": _ts(i.updated)} for i in infos]
+    return _table(rows, ["batch", "items", *shown, "unfinished", "updated"])
+
+
+def format_batch(info: BatchInfo, items: list[BatchItem], max_failures: int = 20) -> str:
+    """Counts by status, attempts, tokens and run times, and the failed items with their errors."""
+    out = [f"batch {info.name}: {info.items} items, created {_ts(info.created)}, updated {_ts(info.updated)}"]
+    out.append("  " + "  ".join(f"{s}={info.counts[s]}" for s in BATCH_STATUSES if info.counts.get(s)))
+    if info.unfinished:
+        out.append(f"  {info.unfinished} item(s) unfinished: the same agent.batch(prompts, name={info.name!r}) "
+                   "continues it")
+    runs = [it.duration for it in items if it.attempts]
+    if runs:
+        out.append(f"  run time per item: median {statistics.median(runs):.2f} s, max {max(runs):.2f} s; "
+                   f"attempts: {sum(it.attempts for it in items)} for {len(runs)} started item(s)")
+    out.append(f"  tokens: {sum(it.input_tokens for it in items)} in, {sum(it.output_tokens for it in items)} out; "
+               f"tool calls: {sum(it.tool_calls for it in items)}")
+    failed = [it for it in items if it.status == "failed"]
+    if failed:
+        out.append(f"\nfailures ({len(failed)}):")
+        for it in failed[:max_failures]:
+            error = (it.error or "").strip().splitlines()
+            out.append(f"  item {it.item} ({it.session_id}): {error[0][:160] if error else '?'}")
+        if len(failed) > max_failures:
+            out.append(f"  … {len(failed) - max_failures} more (batch_df(store, {info.name!r}) has them all)")
+    return "\n".join(out)
+
+
+def _engine(url: str) -> Any:
+    """A synchronous engine that reads without writing (SQLite ``mode=ro``; PostgreSQL as is)."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.pool import NullPool
+
+    try:
+        u = make_url(url)
+    except Exception as e:
+        raise BatchCliError(f"--db {url!r} is not a database URL ({e}).") from None
+    backend = u.get_backend_name()
+    if backend == "sqlite":
+        db = u.database or ""
+        if not db or db == ":memory:":
+            raise BatchCliError("--db: an in-memory database holds no batches between commands.")
+        if not Path(db).exists():
+            raise BatchCliError(f"no database at {db} (from --db {url}).")
+        return create_engine(f"sqlite:///file:{Path(db).resolve()}?mode=ro&uri=true", poolclass=NullPool)
+    if backend in ("postgresql", "postgres"):
+        return create_engine(u.set(drivername="postgresql+psycopg"), poolclass=NullPool)
+    raise BatchCliError(f"--db {url!r}: batches live in SQLite or PostgreSQL, not {backend!r}.")
+
+
+def _read(url: str, fn: Callable[[Any], Any]) -> Any:
+    engine = _engine(url)
+    try:
+        with engine.connect() as conn:
+            return fn(conn)
+    finally:
+        engine.dispose()
+
+
+def cmd_ls(url: str, say: Callable[[str], Any] = print) -> int:
+    from .persistence.sql.batches import read_infos
+
+    infos = _read(url, read_infos)
+    if not infos:
+        say(f"no batches in {url}")
+        return 0
+    say(format_batches(infos))
+    say(f"\n{len(infos)} batch(es) in {url}")
+    return 0
+
+
+def cmd_show(url: str, name: str, say: Callable[[str], Any] = print) -> int:
+    from .persistence.sql.batches import read_infos, read_items
+
+    def read(conn: Any) -> tuple[list[BatchInfo], list[BatchItem]]:
+        return read_infos(conn), read_items(conn, name)
+
+    infos, items = _read(url, read)
+    info = next((i for i in infos if i.name == name), None)
+    if info is None:
+        known = ", ".join(repr(i.name) for i in infos[:10]) or "none"
+        raise BatchCliError(f"no batch {name!r} in {url} (batches: {known}); list them with `we0nb batch ls`.")
+    say(format_batch(info, items))
+    return 0
+
+
+def add_parsers(sub: Any, db_args: Callable[[argparse.ArgumentParser], None],
+                normalize: Callable[[str], str]) -> argparse.ArgumentParser:
+    """``batch ls`` / ``batch show NAME`` under ``sub``; ``db_args`` adds ``--db`` to a parser."""
+    b = sub.add_parser("batch", help="list the batches of a database, or show one",
+                       description="The batches agent.batch(...) persisted: `we0nb batch ls` lists them, "
+                                   "`we0nb batch show NAME` prints one's counts by status and its failures. "
+                                   "Reads only.")
+    bsub = b.add_subparsers(dest="batch_command", metavar="ls|show")
+    ls = bsub.add_parser("ls", help="list the batches: items by status", description="List every batch.")
+    db_args(ls)
+    ls.set_defaults(run=lambda args: cmd_ls(normalize(args.db)))
+    show = bsub.add_parser("show", help="counts by status and the failures of one batch",
+                           description="Print batch NAME: counts by status, run times, tokens, failures.")
+    show.add_argument("name", metavar="NAME", help="batch name (see `we0nb batch ls`)")
+    db_args(show)
+    show.set_defaults(run=lambda args: cmd_show(normalize(args.db), args.name))
+    b.set_defaults(run=lambda args: b.print_help() or 2)
+    return b
