@@ -16,14 +16,14 @@ nbformat = pytest.importorskip("nbformat")
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 EXPECTED = ["01-quickstart.ipynb", "02-abort-and-resume.ipynb", "03-durable-sessions.ipynb",
-            "04-dataframes.ipynb", "05-real-models.ipynb"]
+            "04-dataframes.ipynb", "05-real-models.ipynb", "07-mcp.ipynb"]
 
 
 def _notebooks():
     return sorted(NOTEBOOKS.glob("*.ipynb"))
 
 
-def test_the_five_tutorials_exist():
+def test_the_tutorials_exist():
     assert [p.name for p in _notebooks()] == EXPECTED
 
 

@@ -44,19 +44,21 @@ def test_star_import_works_without_the_extras() -> None:
         import sys
         class Block:
             def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in ("openai", "psycopg"):
+                if name.split(".")[0] in ("openai", "psycopg", "anthropic"):
                     raise ImportError(f"No module named {name!r}", name=name)
         sys.meta_path.insert(0, Block())
         from we0nb import *
-        try:
-            OpenAIChatModel("gpt-4o-mini")
-        except ImportError as e:
-            print("ERROR", e)
+        for make in (lambda: OpenAIChatModel("gpt-4o-mini"), lambda: AnthropicModel("claude-sonnet-4-5")):
+            try:
+                make()
+            except ImportError as e:
+                print("ERROR", e)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines() == [
-        "ERROR OpenAIChatModel needs the 'openai' package, which is not installed: pip install \"we0nb[openai]\""]
+        "ERROR OpenAIChatModel needs the 'openai' package, which is not installed: pip install \"we0nb[openai]\"",
+        "ERROR AnthropicModel needs the 'anthropic' package, which is not installed: pip install \"we0nb[anthropic]\""]
 
 
 def test_a_postgresql_url_without_psycopg_is_one_clear_line() -> None:

@@ -16,6 +16,7 @@ from .errors import (
     ModelAuthenticationError,
     ModelProviderError,
     MaxStepsExceeded,
+    MCPServerError,
     ModelError,
     OutputValidationError,
     PersistenceError,
@@ -52,6 +53,8 @@ from .testing import fail, output, reasoning, text, tool_call, usage  # aliases 
 from .tools import AnyToolDefinition, ToolDefinition, ToolPolicy, tool
 
 if TYPE_CHECKING:  # the lazy names, for IDEs and type checkers
+    from .mcp import MCPServer
+    from .models.anthropic import AnthropicModel
     from .models.openai import OpenAIChatModel
     from .notebook.frames import expand_json, messages_df, parts_df, session_summary, sessions_df, tool_calls_df
     from .notebook.live import show
@@ -76,7 +79,7 @@ __all__ = [
     "We0Agent", "RunRequest", "RunResult", "user_message", "plan_recovery",
     "MemoryPersistence", "SqlPersistence", "Persistence",
     "tool", "AnyToolDefinition", "ToolDefinition", "ToolPolicy",
-    "Model", "ModelRequest", "ScriptedModel", "FunctionModel", "OpenAIChatModel",
+    "Model", "ModelRequest", "ScriptedModel", "FunctionModel", "OpenAIChatModel", "AnthropicModel",
     "text", "reasoning", "tool_call", "output", "usage", "fail",
     "Session", "UserMessage", "AssistantMessage", "MessageError", "Usage", "Transcript", "MessageWithParts",
     "Part", "TextPart", "ReasoningPart", "ToolPart", "StepStartPart", "StepFinishPart", "CompactionPart",
@@ -84,7 +87,7 @@ __all__ = [
     "We0Error", "SessionBusyError", "LeaseLostError", "MaxStepsExceeded", "ModelError", "OutputValidationError",
     "ScriptExhaustedError", "PersistenceError", "CorruptRecordError", "SchemaVersionError",
     "ModelProviderError", "ModelAuthenticationError", "ContextWindowExceeded", "CompactionError",
-    "MissingExtraError",
+    "MissingExtraError", "MCPServer", "MCPServerError",
     "show", "sessions_df", "messages_df", "parts_df", "tool_calls_df", "session_summary", "expand_json",
     "plot_timeline", "plot_tools",
     "BatchResult", "batches_df", "batch_df",
@@ -95,6 +98,8 @@ __all__ = [
 _LAZY = {
     "SqlPersistence": "we0nb.persistence.sql",
     "OpenAIChatModel": "we0nb.models.openai",
+    "AnthropicModel": "we0nb.models.anthropic",
+    "MCPServer": "we0nb.mcp",
     "show": "we0nb.notebook.live",
     "sessions_df": "we0nb.notebook.frames",
     "messages_df": "we0nb.notebook.frames",

@@ -17,6 +17,7 @@ __all__ = [
     "ModelAuthenticationError",
     "ContextWindowExceeded",
     "CompactionError",
+    "MCPServerError",
 ]
 
 
@@ -148,3 +149,8 @@ class CompactionError(We0Error):
     Raised when the summary itself is too large for the threshold, or when the first step
     after a summary is already over the threshold (or over the context window).
     """
+
+
+class MCPServerError(We0Error):
+    """An MCP server could not be started or connected (its first connection: a run raises it
+    before writing anything). Failures of a server during calls are tool errors instead."""

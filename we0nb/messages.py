@@ -26,6 +26,7 @@ __all__ = [
     "TextPart",
     "ReasoningPart",
     "ToolTime",
+    "Attachment",
     "ToolStatePending",
     "ToolStateRunning",
     "ToolStateCompleted",
@@ -197,12 +198,29 @@ class ToolStateRunning(_Model):
     time: ToolTime
 
 
+class Attachment(_Model):
+    """Something a tool returned beside its text (an MCP server's images, audio, files and links).
+
+    ``type`` is ``"image"``, ``"audio"`` or ``"file"`` (base64 ``data`` with its ``mime_type``;
+    ``uri`` names an embedded file) or ``"link"`` (a resource link: ``uri``, maybe ``name``).
+    The model sees only the call's ``output``; attachments are kept for people (the notebook
+    renders them) and for analysis.
+    """
+
+    type: Literal["image", "audio", "file", "link"]
+    mime_type: Optional[str] = None
+    data: Optional[str] = None
+    uri: Optional[str] = None
+    name: Optional[str] = None
+
+
 class ToolStateCompleted(_Model):
     status: Literal["completed"] = "completed"
     input: dict[str, Any] = Field(default_factory=dict)
     output: str
     metadata: dict[str, Any] = Field(default_factory=dict)
     time: ToolTime
+    attachments: list[Attachment] = Field(default_factory=list)
 
 
 class ToolStateError(_Model):

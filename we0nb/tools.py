@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from ._text import clean
 
 __all__ = ["ToolDefinition", "AnyToolDefinition", "ToolPolicy", "tool", "ToolInputError", "ToolOutputError",
-           "to_output"]
+           "ToolError", "ToolReturn", "to_output", "parse_arguments"]
 
 R = TypeVar("R")
 
@@ -63,6 +63,29 @@ class ToolInputError(ValueError):
 
 class ToolOutputError(ValueError):
     """A tool ran, but its return value cannot be turned into text (it is not JSON-serialisable)."""
+
+
+class ToolError(Exception):
+    """Raised by a tool to fail with exactly this text (no exception type in front of it).
+
+    ``metadata`` joins the error state's metadata. MCP tools raise it with the server's text.
+    """
+
+    def __init__(self, message: str, metadata: Optional[dict[str, Any]] = None) -> None:
+        super().__init__(message)
+        self.metadata = dict(metadata or {})
+
+
+@dataclass(frozen=True)
+class ToolReturn:
+    """A tool's return value with attachments (images, audio, links) kept beside its output.
+
+    ``output`` becomes the text the model sees (as any return value); ``attachments`` are
+    :class:`~we0nb.messages.Attachment` objects stored in the call's completed state.
+    """
+
+    output: Any
+    attachments: tuple[Any, ...] = ()
 
 
 def to_output(value: Any) -> str:
@@ -109,15 +132,7 @@ class ToolDefinition(Generic[R]):
 
     def validate_input(self, data: Any) -> dict[str, Any]:
         """Validated keyword arguments, or :class:`ToolInputError` saying what was wrong."""
-        if isinstance(data, str):
-            try:
-                data = json.loads(data) if data.strip() else {}
-            except json.JSONDecodeError as e:
-                raise ToolInputError(f"Arguments for tool {self.name!r} are not valid JSON: {e}") from None
-        if not isinstance(data, dict):
-            raise ToolInputError(
-                f"Arguments for tool {self.name!r} must be a JSON object, got {type(data).__name__}."
-            )
+        data = parse_arguments(self.name, data)
         try:
             model = self.input_model.model_validate(data)
         except ValidationError as e:
@@ -137,6 +152,18 @@ class ToolDefinition(Generic[R]):
 
 
 AnyToolDefinition = ToolDefinition[Any]
+
+
+def parse_arguments(tool_name: str, data: Any) -> dict[str, Any]:
+    """The model's arguments as a dict (a JSON string is parsed), or :class:`ToolInputError`."""
+    if isinstance(data, str):
+        try:
+            data = json.loads(data) if data.strip() else {}
+        except json.JSONDecodeError as e:
+            raise ToolInputError(f"Arguments for tool {tool_name!r} are not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ToolInputError(f"Arguments for tool {tool_name!r} must be a JSON object, got {type(data).__name__}.")
+    return data
 
 
 def _input_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:

@@ -16,6 +16,7 @@ from . import approval as _approval
 from . import revert as _revert
 from .run import Run
 from .request import RunRequest, RunResult, UserInput, build_request, check_session_id
+from .toolset import ToolSource, ToolTable, Toolset, split_tools
 
 __all__ = ["We0Agent"]
 
@@ -24,7 +25,8 @@ class We0Agent:
     """An LLM agent whose every message and part is persisted as it happens.
 
     ``model`` streams replies; ``tools`` are :func:`~we0nb.tool` definitions (plain
-    functions are wrapped with the default, safe policy: side effects); ``persistence``
+    functions are wrapped with the default, safe policy: side effects) and MCP servers
+    (:class:`~we0nb.MCPServer`, each contributing its tools once connected); ``persistence``
     defaults to a fresh :class:`MemoryPersistence`. ``output_type`` asks for structured
     output (then only :meth:`invoke` can be used). ``flush_interval`` bounds how much
     streamed text a crash can lose (seconds). ``compaction_threshold`` (share of
@@ -35,7 +37,7 @@ class We0Agent:
     def __init__(
         self,
         model: Model,
-        tools: Sequence[AnyToolDefinition] = (),
+        tools: Sequence[Any] = (),
         *,
         persistence: Optional[Persistence] = None,
         system_prompt: Optional[str] = None,
@@ -61,8 +63,8 @@ class We0Agent:
             )
         _check_options(max_steps, output_retries, flush_interval, compaction_threshold, compaction_prompt)
         self.model = model
-        self.tools, self.tools_by_name = _tool_table(tools)
-        if output_type is not None and output_tool_name in self.tools_by_name:
+        static, sources = _tool_table(tools)
+        if output_type is not None and output_tool_name in static:
             raise ValueError(f"A tool is named {output_tool_name!r}, which is reserved for structured output; "
                              "rename it or pass output_tool_name=.")
         self.persistence = persistence
@@ -77,14 +79,47 @@ class We0Agent:
         self.compaction_prompt = compaction_prompt
         self.output_adapter: Optional[TypeAdapter[Any]] = None
         self.output_schema: dict[str, Any] = {}
-        schemas = [ToolSchema(t.name, t.description, t.json_schema()) for t in self.tools]
+        output_entry = None
         if output_type is not None:
             self.output_adapter, self.output_schema = _output_schema(output_type)
-            schemas.append(ToolSchema(output_tool_name,
-                                      "Call this tool to return your final answer as structured output.",
-                                      self.output_schema))
-        #: what every model request lists (computed once: JSON Schema generation is slow)
-        self.tool_schemas: tuple[ToolSchema, ...] = tuple(schemas)
+            output_entry = ToolSchema(output_tool_name, "Call this tool to return your final answer as structured "
+                                      "output.", self.output_schema)
+        #: the Python tools and the tool sources (MCP servers); ``toolset.table`` is the current table
+        #: (schemas computed once per change: JSON Schema generation is slow)
+        self.toolset = Toolset(tuple(static.values()), sources, output_entry)
+
+    @property
+    def tools(self) -> tuple[AnyToolDefinition, ...]:
+        """The tools as last listed (an MCP server's appear once it is connected)."""
+        return self.toolset.table.tools
+
+    @property
+    def tools_by_name(self) -> dict[str, AnyToolDefinition]:
+        return self.toolset.table.by_name
+
+    @property
+    def tool_schemas(self) -> tuple[ToolSchema, ...]:
+        """What a model request lists (the structured-output tool included)."""
+        return self.toolset.table.schemas
+
+    async def tool_table(self) -> ToolTable:
+        """The current tools, connecting the agent's MCP servers first if needed."""
+        return await self.toolset.refresh()
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def aclose(self) -> None:
+        """Close the agent's MCP servers (their processes end; they start again if used again).
+
+        The persistence is left open: it may be shared (close it with ``persistence.close()``).
+        """
+        await self.toolset.aclose()
+
+    async def __aenter__(self) -> "We0Agent":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
 
     def __repr__(self) -> str:
         return (f"We0Agent(model={self.model.model_id!r}, tools={[t.name for t in self.tools]}, "
@@ -174,8 +209,8 @@ class We0Agent:
         SessionBusyError while a run holds the session, ValueError for an unknown call or one
         not awaiting approval (deciding twice: the first decision stands).
         """
-        return await _approval.decide(self.persistence, self.tools_by_name, session_id, call_id,
-                                      approve=True, input=input)
+        tools = (await self.toolset.refresh()).by_name if input is not None else self.tools_by_name
+        return await _approval.decide(self.persistence, tools, session_id, call_id, approve=True, input=input)
 
     async def deny(self, session_id: str, call_id: str, reason: Optional[str] = None) -> ToolPart:
         """Deny an awaiting call (durable when this returns): it never runs; the model is told,
@@ -202,24 +237,29 @@ class We0Agent:
 # --------------------------------------------------------------------------- construction checks
 
 
-def _tool_table(tools: Sequence[AnyToolDefinition]) -> tuple[tuple[AnyToolDefinition, ...], dict[str, AnyToolDefinition]]:
-    """The agent's tools (plain functions wrapped with the safe default policy), by unique name."""
+def _tool_table(tools: Sequence[Any]) -> tuple[dict[str, AnyToolDefinition], list[ToolSource]]:
+    """The agent's Python tools (plain functions wrapped with the safe default policy) by unique
+    name, and its tool sources (MCP servers, each given once)."""
     if isinstance(tools, (str, bytes)) or not isinstance(tools, Sequence):
-        raise TypeError("We0Agent(tools=...): expected a list of tools made with @tool.")
+        raise TypeError("We0Agent(tools=...): expected a list of tools made with @tool (or MCP servers).")
+    given, sources = split_tools(tools)
+    if len({id(s) for s in sources}) != len(sources):
+        raise ValueError("We0Agent(tools=...): the same MCP server is listed twice; list it once.")
     defs: list[AnyToolDefinition] = []
-    for t in tools:
+    for t in given:
         if isinstance(t, ToolDefinition):
             defs.append(t)
         elif callable(t):
             defs.append(make_tool(t))
         else:
-            raise TypeError(f"We0Agent(tools=...): {t!r} is not a tool; decorate a function with @tool.")
+            raise TypeError(f"We0Agent(tools=...): {t!r} is not a tool; decorate a function with @tool "
+                            "(or pass an MCPServer).")
     by_name: dict[str, AnyToolDefinition] = {}
     for d in defs:
         if d.name in by_name:
             raise ValueError(f"We0Agent(tools=...): two tools are named {d.name!r}; tool names must be unique.")
         by_name[d.name] = d
-    return tuple(defs), by_name
+    return by_name, sources
 
 
 def _check_options(max_steps: Any, output_retries: Any, flush_interval: Any, compaction_threshold: Any,

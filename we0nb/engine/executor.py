@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
 from .._ids import now
 from ..messages import ToolPart, ToolStateCompleted, ToolStateError, ToolStatePending, ToolStateRunning, ToolTime
-from ..tools import ToolInputError, ToolOutputError, to_output
+from ..tools import ToolError, ToolInputError, ToolOutputError, ToolReturn, to_output
 from .abort import Aborted
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -113,11 +113,11 @@ class ToolExecutor:
             if isinstance(tp.state, ToolStatePending):
                 tp.state = ToolStatePending(input=detail.input)
                 raw = None
-        definition = state.agent.tools_by_name.get(tp.tool)
+        definition = state.tools.by_name.get(tp.tool)
         if self.output.is_output_call(tp.tool):
             self.output.validate(tp, raw, meta)
         elif definition is None:
-            names = ", ".join(sorted(state.agent.tools_by_name)) or "(none)"
+            names = ", ".join(sorted(state.tools.by_name)) or "(none)"
             tp.state = ToolStateError(input=dict(tp.state.input), error=f"Unknown tool {tp.tool!r}. Available "
                                       f"tools: {names}.", metadata=meta, time=ToolTime(start=None, end=now()))
         else:
@@ -153,10 +153,16 @@ class ToolExecutor:
                                   metadata=meta, time=ToolTime(start=start, end=now()))
         except Aborted:  # pragma: no cover - tools never see the scope
             raise
+        except ToolError as e:  # the tool's own text, as is (an MCP server's isError result)
+            return ToolStateError(input=inp, error=str(e) or "The tool failed without a message.",
+                                  metadata={**meta, **e.metadata}, time=ToolTime(start=start, end=now()))
         except Exception as e:
             text = str(e)
             return ToolStateError(input=inp, error=f"{type(e).__name__}: {text}" if text else type(e).__name__,
                                   metadata=meta, time=ToolTime(start=start, end=now()))
+        attachments: list[Any] = []
+        if type(result) is ToolReturn:
+            attachments, result = list(result.attachments), result.output
         try:
             output = to_output(result)
         except ToolOutputError as e:
@@ -164,6 +170,9 @@ class ToolExecutor:
             return ToolStateCompleted(
                 input=inp, output=f"The tool ran, but its return value could not be stored: {e}.",
                 metadata={**meta, "output_error": str(e)}, time=ToolTime(start=start, end=now()))
+        if attachments:
+            return ToolStateCompleted(input=inp, output=output, metadata=meta, time=ToolTime(start=start, end=now()),
+                                      attachments=attachments)
         return ToolStateCompleted(input=inp, output=output, metadata=meta, time=ToolTime(start=start, end=now()))
 
 

@@ -73,7 +73,7 @@ class Run:
         scope = AbortScope(req.abort)
         scope.start()
         writer = Writer(self.p, lease, self.agent.flush_interval)
-        self.state = state = RunState(self.agent, req, writer, scope)
+        self.state = state = RunState(self.agent, req, writer, scope, self.agent.toolset.table)
         try:
             try:
                 async for ev in self._run(state):
@@ -113,6 +113,7 @@ class Run:
         output = OutputChecker(state, self.structured)
         executor = ToolExecutor(state, output)
         compactor = Compactor(state)
+        await state.refresh_tools()  # MCP servers connect here, before anything is written
         session = await self._ensure_session()
         yield {"type": "start", "session_id": req.session_id, "mode": req.mode, "run_id": req.run_id}
         await self._load(session)
@@ -316,6 +317,9 @@ class Run:
                 state.messages.pop()
                 state.steps -= 1
                 raise Aborted
+        if state.steps > 1 and agent.toolset.sources:  # (after the commit above: it holds the last step's end)
+            await state.refresh_tools()  # an MCP server's tools may have changed, or it restarted
+            request.tools = list(state.tools.schemas)
         yield {"type": "step-start", "step": state.steps, "message": info.model_copy()}
         processor = StepProcessor(state, msg)
         async for ev in processor.run(request):

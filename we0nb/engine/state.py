@@ -17,6 +17,7 @@ from ..tools import AnyToolDefinition, ToolPolicy
 from .abort import AbortScope
 from .history import HistoryCache
 from .request import RunRequest
+from .toolset import ToolTable
 from .writer import Writer
 
 __all__ = ["RunState", "AgentSettings"]
@@ -46,6 +47,8 @@ class RunState:
     request: RunRequest
     writer: Writer
     scope: AbortScope
+    #: the agent's tools for this step (MCP servers' tools can change between steps)
+    tools: ToolTable
     ids: IdSequence = field(default_factory=IdSequence)
     messages: list[MessageWithParts] = field(default_factory=list)
     history: HistoryCache = field(default_factory=HistoryCache)
@@ -81,27 +84,29 @@ class RunState:
             self._parent = next((m.info.id for m in reversed(self.messages) if m.info.role == "user"), None)
         return self._parent
 
+    async def refresh_tools(self) -> None:
+        """Ask the toolset for its current table (only agents with MCP servers ever wait here)."""
+        toolset = self.agent.toolset
+        if toolset.sources:
+            self.tools = await self.scope.wait(toolset.refresh())
+
     def policies(self) -> dict[str, ToolPolicy]:
-        agent = self.agent
-        pol = {name: t.policy for name, t in agent.tools_by_name.items()}
-        if agent.output_type is not None:
-            pol[agent.output_tool_name] = ToolPolicy(side_effects=False)
-        return pol
+        return self.tools.policies
 
     def approval_reason(self, tool_name: str, input: dict[str, Any]) -> Optional[str]:
         """Why a call needs a person's approval before it runs (None: it does not)."""
-        t = self.agent.tools_by_name.get(tool_name)
+        t = self.tools.by_name.get(tool_name)
         return t.policy.approval_reason(tool_name, input) if t is not None else None
 
     def blocks(self, tool_name: str) -> bool:
-        t = self.agent.tools_by_name.get(tool_name)
+        t = self.tools.by_name.get(tool_name)
         return bool(t and t.policy.blocks_on_error)
 
     def model_request(self) -> ModelRequest:
         agent = self.agent
         return ModelRequest(
             messages=self.history.build(self.messages),
-            tools=list(agent.tool_schemas),
+            tools=list(self.tools.schemas),
             system=agent.system_prompt,
             output_tool=agent.output_tool_name if agent.output_type is not None else None,
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import html as _html
 import json
+import re
 from typing import Any, Iterable, Optional, Sequence
 
 __all__ = [
@@ -180,6 +181,27 @@ def _tool_result(part: Any) -> tuple[str, bool]:
     return "", False
 
 
+_MIME = re.compile(r"[\w.+-]+/[\w.+-]+")
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+
+
+def _attachments_html(state: Any) -> str:
+    """Images, audio and links a tool returned beside its output (an MCP server's), inline."""
+    shown = []
+    for a in getattr(state, "attachments", None) or ():
+        mime, data = a.mime_type or "", a.data or ""
+        if a.type in ("image", "audio") and _MIME.fullmatch(mime) and mime.startswith(a.type + "/") \
+                and data and _BASE64.fullmatch(data):
+            src = f"data:{mime};base64,{data}"
+            shown.append(f"<img src='{src}' alt='{esc(mime)}' style='max-width:240px;max-height:180px'>"
+                         if a.type == "image" else f"<audio controls src='{src}'></audio>")
+        elif a.type == "link" and (a.uri or "").startswith(("http://", "https://")):
+            shown.append(f"<a href='{esc(a.uri)}' target='_blank' rel='noopener noreferrer'>{esc(a.name or a.uri)}</a>")
+        else:
+            shown.append(f"<span class='we0-muted'>{esc(a.type)}: {esc(a.name or a.uri or mime)}</span>")
+    return f"<div class='we0-note'>{' '.join(shown)}</div>" if shown else ""
+
+
 def tool_row_html(part: Any, recovery: Optional[str] = None) -> str:
     status, label = _tool_status(part)
     st = part.state
@@ -198,7 +220,7 @@ def tool_row_html(part: Any, recovery: Optional[str] = None) -> str:
             f"<td class='we0-io we0-mono'>{_clip_html(_tool_input(part))}</td>"
             f"<td>{status_badge(status, label)}{note_html}</td>"
             f"<td class='we0-muted'>{esc(dur)}</td>"
-            f"<td class='we0-io'>{out_html}</td></tr>")
+            f"<td class='we0-io'>{out_html}{_attachments_html(st)}</td></tr>")
 
 
 def tool_table_html(parts: Sequence[Any], recovery: Optional[dict[str, str]] = None) -> str:

@@ -1,0 +1,168 @@
+"""A small MCP server written with the official SDK's high-level server, for the tests.
+
+Run as a real process: over stdio (``python app.py --ledger L``) or streamable HTTP
+(``python app.py --ledger L --http PORT``). Each execution of a tool body that matters
+appends one JSON line to the ledger (the ground truth of what ran), with the server's PID.
+
+Tools: ``echo`` and ``lookup`` (annotated readOnlyHint), ``place_order`` (no annotations:
+side effects), ``slow`` (sleeps; notes a cancellation in the ledger), ``fail`` (isError),
+``structured`` (structuredContent), ``picture``/``clip``/``links`` (image, audio, resource
+link), ``die`` (the process exits mid-call), ``garbage`` (writes a non-JSON line to stdout),
+``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID).
+An item or key ``"block"`` makes ``place_order``/``lookup`` write the ledger, then wait forever —
+the first time only (a file beside the ledger remembers it), so a recalled call finishes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from typing import TypedDict
+
+from mcp.server.mcpserver import Audio, Context, Image, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ResourceLink, TextContent, ToolAnnotations
+
+READ_ONLY = ToolAnnotations(read_only_hint=True)
+
+
+class Square(TypedDict):
+    n: int
+    square: int
+
+
+def build(ledger: str) -> MCPServer:
+    app = MCPServer("we0nb-test")
+
+    def note(tool: str, **data: object) -> None:
+        with open(ledger, "a") as f:
+            f.write(json.dumps({"tool": tool, "pid": os.getpid(), **data}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    @app.tool(annotations=READ_ONLY)
+    def echo(text: str) -> str:
+        """Return the text unchanged."""
+        return text
+
+    async def hold(value: str) -> None:
+        held = ledger + ".held"
+        if value == "block" and not os.path.exists(held):
+            open(held, "w").close()
+            await asyncio.Event().wait()
+
+    @app.tool(annotations=READ_ONLY)
+    async def lookup(key: str) -> str:
+        """Look a key up (read-only)."""
+        note("lookup", key=key)
+        await hold(key)
+        return f"value of {key}"
+
+    @app.tool()
+    async def place_order(item: str, quantity: int = 1) -> str:
+        """Place an order (a side effect: it is written to the ledger)."""
+        note("place_order", item=item, quantity=quantity)
+        await hold(item)
+        return f"ordered {quantity} x {item}"
+
+    @app.tool(annotations=READ_ONLY)
+    async def slow(seconds: float) -> str:
+        """Sleep, then answer."""
+        note("slow", event="start")
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            note("slow", event="cancelled")
+            raise
+        return "slept"
+
+    @app.tool()
+    def fail(message: str) -> str:
+        """Always fails with the message."""
+        raise ToolError(message)
+
+    @app.tool()
+    def structured(n: int) -> Square:
+        """A structured result (structuredContent, with the same JSON as text)."""
+        return {"n": n, "square": n * n}
+
+    @app.tool()
+    def picture() -> list:
+        """A caption and a tiny PNG."""
+        return ["a red dot", Image(data=b"\x89PNG\r\n\x1a\n-red-dot", format="png")]
+
+    @app.tool()
+    def clip() -> Audio:
+        """A short audio clip."""
+        return Audio(data=b"RIFF....WAVEfmt ", format="wav")
+
+    @app.tool()
+    def links() -> list:
+        """Two documents, as resource links."""
+        return [TextContent(type="text", text="two reports"),
+                ResourceLink(type="resource_link", name="report.pdf", uri="https://example.org/report.pdf",
+                             mime_type="application/pdf"),
+                ResourceLink(type="resource_link", name="notes", uri="file:///tmp/notes.txt")]
+
+    @app.tool()
+    def die() -> str:
+        """The server process exits in the middle of the call."""
+        note("die")
+        os._exit(3)
+
+    @app.tool()
+    async def garbage() -> str:
+        """Writes a line that is not JSON-RPC to stdout, then never answers."""
+        os.write(_wire_fd(), b"this is not JSON-RPC\n")
+        await asyncio.Event().wait()
+        return "unreachable"
+
+    @app.tool()
+    async def grow(name: str, ctx: Context) -> str:
+        """Adds a tool named ``name`` and tells the client that the tool list changed."""
+        def added() -> str:
+            return f"{name} here"
+        app.add_tool(added, name=name, description=f"The {name} tool.", annotations=READ_ONLY)
+        await ctx.session.send_tool_list_changed()
+        return f"added {name}"
+
+    @app.tool(annotations=READ_ONLY)
+    def header(name: str, ctx: Context) -> str:
+        """The value of an HTTP request header (streamable HTTP only)."""
+        return (ctx.headers or {}).get(name.lower(), "(none)")
+
+    @app.tool(annotations=READ_ONLY)
+    def whoami() -> int:
+        """The server's process id."""
+        return os.getpid()
+
+    return app
+
+
+def _wire_fd() -> int:
+    """The descriptor of the real stdout pipe: the SDK moves it off fd 1 (which it points at
+    stderr, so that stray prints cannot corrupt the protocol) — a broken server writes there."""
+    from mcp.server import stdio
+
+    claim = getattr(stdio, "_claims", {}).get(1)
+    return claim.private_fd if claim is not None and claim.private_fd is not None else 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ledger", required=True)
+    ap.add_argument("--http", type=int, default=None, help="serve streamable HTTP on 127.0.0.1:PORT")
+    args = ap.parse_args()
+    with open(args.ledger, "a") as f:
+        f.write(json.dumps({"tool": "(start)", "pid": os.getpid()}) + "\n")
+    app = build(args.ledger)
+    if args.http is None:
+        app.run()
+    else:
+        app.run("streamable-http", host="127.0.0.1", port=args.http)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""MCP over streamable HTTP (issue 15): a real server process on 127.0.0.1, stopped by PID."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from mcpkit import HttpServer, await_until, entries, starts
+from we0nb import ScriptedModel, We0Agent, text, tool_call, user_message
+from we0nb.mcp import MCPServer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[HttpServer]:
+    server = HttpServer(tmp_path / "ledger").start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def parts(tr):
+    return [p for m in tr.messages for p in m.tool_parts]
+
+
+async def test_calls_over_http_with_headers(http_server: HttpServer) -> None:
+    server = MCPServer.http(http_server.url, headers={"X-Team": "blue"}, name="web", trust_annotations=True)
+    model = ScriptedModel([[tool_call("place_order", {"item": "tea", "quantity": 2}),
+                            tool_call("header", {"name": "X-Team"}), tool_call("picture", {})], [text("done")]])
+    async with We0Agent(model, tools=[server]) as agent:
+        r = await agent.invoke(messages=[user_message("go")])
+        order, header, picture = parts(await agent.transcript(r.session_id))
+        assert server.policies()["header"].side_effects is False
+    assert r.result == "stop"
+    assert order.state.output == '{"result":"ordered 2 x tea"}'
+    assert header.state.output == '{"result":"blue"}'
+    assert picture.state.attachments[0].type == "image"
+    assert [e["item"] for e in entries(http_server.ledger, "place_order")] == ["tea"]
+
+
+async def test_abort_over_http_cancels_the_call_on_the_server(http_server: HttpServer) -> None:
+    server = MCPServer.http(http_server.url, name="web")
+    model = ScriptedModel([[tool_call("slow", {"seconds": 30})], [text("done")]])
+    async with We0Agent(model, tools=[server]) as agent:
+        abort = asyncio.Event()
+        task = asyncio.create_task(agent.invoke(abort=abort, messages=[user_message("go")], session_id="s1"))
+        await await_until(lambda: entries(http_server.ledger, "slow"), what="the call to start")
+        abort.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await await_until(lambda: entries(http_server.ledger, "slow")[-1].get("event") == "cancelled",
+                          what="the server to see the cancellation")
+        r = await agent.invoke(mode="resume", session_id="s1")
+        (p,) = parts(await agent.transcript("s1"))
+    assert r.result == "stop" and p.state.metadata == {"interrupted": True, "reason": "resume"}
+
+
+async def test_an_http_server_killed_mid_call_is_an_error_and_a_restarted_one_is_reconnected(
+        http_server: HttpServer) -> None:
+    server = MCPServer.http(http_server.url, name="web", timeout=60)
+    model = ScriptedModel([[tool_call("place_order", {"item": "block"})], [tool_call("whoami", {})], [text("done")]])
+    async with We0Agent(model, tools=[server]) as agent:
+        task = asyncio.create_task(agent.invoke(messages=[user_message("go")], session_id="s2"))
+        await await_until(lambda: entries(http_server.ledger, "place_order"), what="the call to start")
+        http_server.kill()
+        http_server.start()  # the same port, a new process (and a new MCP session)
+        r = await asyncio.wait_for(task, 60)
+        blocked, who = parts(await agent.transcript("s2"))
+    assert r.result == "stop"
+    assert blocked.state.status == "error" and blocked.state.error.startswith(
+        "MCP server 'web': the connection ended during the call to 'place_order'"), blocked.state
+    assert "its outcome is unknown. It is reconnected on the next call." in blocked.state.error
+    assert who.state.status == "completed", who.state
+    assert who.state.output == f'{{"result":{starts(http_server.ledger)[-1]}}}'

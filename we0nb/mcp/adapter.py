@@ -1,0 +1,204 @@
+"""MCP tools as we0nb tool definitions: the policy their annotations earn, arguments checked
+against the tool's ``inputSchema``, and results turned into output, JSON and attachments.
+
+MCP says a client must treat tool annotations as untrusted unless it trusts the server, so
+by default every MCP tool has side effects (interrupted on resume, never run twice). Only
+with ``trust_annotations=True`` does ``readOnlyHint: true`` make a tool read-only (recalled
+on resume). ``policies=`` overrides both, per tool.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..messages import Attachment
+from ..tools import ToolDefinition, ToolError, ToolInputError, ToolPolicy, ToolReturn, parse_arguments
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .server import MCPServer
+
+__all__ = ["MCPTool", "PolicyOptions", "tool_policy", "make_tool", "to_return", "call_error"]
+
+log = logging.getLogger("we0nb.mcp")
+
+HINTS = ("read_only_hint", "destructive_hint", "idempotent_hint", "open_world_hint")
+
+
+class _MCPArguments(BaseModel):
+    """Placeholder input model: an MCP tool's arguments are checked against its JSON Schema."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+@dataclass(frozen=True)
+class MCPTool(ToolDefinition[Any]):
+    """A tool of an MCP server. ``name`` is what the agent and the model see (``prefix`` +
+    ``remote_name``); calls go to the server under ``remote_name``."""
+
+    server: Optional["MCPServer"] = None
+    remote_name: str = ""
+    input_schema: dict[str, Any] = field(default_factory=dict)
+    #: the tool's annotations as the server sent them (hint name -> value, None when absent)
+    annotations: dict[str, Any] = field(default_factory=dict)
+    #: why the policy is what it is (shown in the policy table)
+    policy_source: str = ""
+    validator: Any = None
+
+    def json_schema(self) -> dict[str, Any]:
+        schema = dict(self.input_schema)
+        schema.pop("title", None)
+        return schema
+
+    def validate_input(self, data: Any) -> dict[str, Any]:
+        """The arguments as a dict once they satisfy the tool's ``inputSchema`` (else ToolInputError)."""
+        args = parse_arguments(self.name, data)
+        v = self.validator
+        if v is not None and next(v.iter_errors(args), None) is not None:
+            from jsonschema.exceptions import best_match
+
+            err = best_match(v.iter_errors(args))
+            where = "/".join(str(p) for p in err.absolute_path)
+            at = f" at {where!r}" if where else ""
+            raise ToolInputError(f"Invalid arguments for tool {self.name!r}{at}: {err.message}. The server "
+                                 "was not called.")
+        return args
+
+    async def call(self, kwargs: dict[str, Any]) -> Any:
+        assert self.server is not None
+        return await self.server.call_tool(self.remote_name, kwargs)
+
+
+# --------------------------------------------------------------------------- policy
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    trust_annotations: bool = False
+    policies: Mapping[str, ToolPolicy] = field(default_factory=dict)
+    #: True, False, or the server's own names of the tools that need a person's approval
+    requires_approval: Union[bool, frozenset[str]] = False
+
+    def approval(self, name: str) -> bool:
+        rule = self.requires_approval
+        return rule if isinstance(rule, bool) else name in rule
+
+
+def tool_policy(name: str, hints: Mapping[str, Any], opts: PolicyOptions) -> tuple[ToolPolicy, str]:
+    """The effective policy of the server's tool ``name`` and why (see the module docstring)."""
+    approval = opts.approval(name)
+    override = opts.policies.get(name)
+    if override is not None:
+        if approval and override.requires_approval is False:
+            override = replace(override, requires_approval=True)
+        return override, "policies="
+    read_only = hints.get("read_only_hint") is True
+    if read_only and opts.trust_annotations:
+        return ToolPolicy(side_effects=False, requires_approval=approval), "readOnlyHint (trusted)"
+    if read_only:
+        return ToolPolicy(requires_approval=approval), "default (readOnlyHint not trusted)"
+    return ToolPolicy(requires_approval=approval), "default"
+
+
+def make_tool(server: "MCPServer", tool: Any, opts: PolicyOptions, prefix: str) -> MCPTool:
+    """One listed MCP tool (an ``mcp.types.Tool``) as a definition the agent can call."""
+    ann = tool.annotations
+    hints = {h: getattr(ann, h, None) for h in HINTS} if ann is not None else {h: None for h in HINTS}
+    policy, source = tool_policy(tool.name, hints, opts)
+    schema = dict(tool.input_schema or {"type": "object"})
+    return MCPTool(
+        name=prefix + tool.name,
+        function=functools.partial(server.call_tool, tool.name),
+        input_model=_MCPArguments,
+        description=tool.description or tool.title or "",
+        policy=policy,
+        is_async=True,
+        server=server,
+        remote_name=tool.name,
+        input_schema=schema,
+        annotations=hints,
+        policy_source=source,
+        validator=_validator(schema, server, tool.name),
+    )
+
+
+def _validator(schema: dict[str, Any], server: "MCPServer", name: str) -> Any:
+    """A compiled JSON Schema validator (None, with a warning, for a schema that is not valid)."""
+    from jsonschema import validators
+    from jsonschema.exceptions import SchemaError
+
+    cls = validators.validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except SchemaError as e:
+        log.warning("%s: tool %r has an invalid inputSchema (%s); its arguments are sent unchecked",
+                    server.label, name, e.message)
+        return None
+    return cls(schema)
+
+
+# --------------------------------------------------------------------------- results
+
+
+def to_return(result: Any, label: str, tool_name: str) -> Any:
+    """A ``CallToolResult`` as a tool return value: ``structuredContent`` as JSON, otherwise the
+    text joined; images, audio, files and links as attachments. ``isError`` raises ToolError."""
+    texts: list[str] = []
+    notes: list[str] = []
+    attachments: list[Attachment] = []
+    for block in result.content or ():
+        kind = getattr(block, "type", None)
+        if kind == "text":
+            texts.append(block.text)
+        elif kind in ("image", "audio"):
+            attachments.append(Attachment(type=kind, mime_type=block.mime_type, data=block.data))
+            notes.append(f"[{kind} {block.mime_type}, {len(block.data) * 3 // 4} bytes]")
+        elif kind == "resource_link":
+            attachments.append(Attachment(type="link", uri=str(block.uri), name=block.name,
+                                          mime_type=block.mime_type))
+            notes.append(f"[link {block.name}: {block.uri}]")
+        elif kind == "resource":
+            res = block.resource
+            if getattr(res, "text", None) is not None:
+                texts.append(res.text)
+            else:
+                attachments.append(Attachment(type="file", uri=str(res.uri), mime_type=res.mime_type,
+                                              data=getattr(res, "blob", None)))
+                notes.append(f"[file {res.uri}]")
+    if result.is_error:
+        message = "\n".join(texts) or "\n".join(notes)
+        raise ToolError(message or f"{label}: tool {tool_name!r} reported an error without a message.")
+    structured = result.structured_content
+    output: Any = structured if structured is not None else ("\n".join(texts) if texts else "\n".join(notes))
+    return ToolReturn(output, tuple(attachments)) if attachments else output
+
+
+def call_error(exc: BaseException, label: str, tool_name: str, timeout: Optional[float],
+               closed_reason: Optional[str], again: str) -> ToolError:
+    """What a failed call becomes: one clear line the model (and a person) can act on."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+    call = f"the call to {tool_name!r}"
+    if isinstance(exc, MCPError):
+        if exc.error.code == REQUEST_TIMEOUT:
+            return ToolError(f"{label} did not answer {call} within {timeout:g} s (timeout=), so it was "
+                             "cancelled (notifications/cancelled sent); its outcome is unknown.",
+                             {"mcp_error": "timeout"})
+        if exc.error.code == CONNECTION_CLOSED:
+            why = closed_reason or "the server process exited or the connection dropped"
+            return ToolError(f"{label}: the connection ended during {call} ({why}); its outcome is unknown. "
+                             f"{again}", {"mcp_error": "connection_closed"})
+        return ToolError(f"{label} refused {call}: {exc.error.message} (JSON-RPC error {exc.error.code}).",
+                         {"mcp_error": "protocol"})
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+        return ToolError(f"{label} answered {call} with something that is not a valid MCP tool result "
+                         f"({first}).", {"mcp_error": "invalid_result"})
+    text = str(exc)
+    return ToolError(f"{label}: {call} failed: {type(exc).__name__}{': ' + text if text else ''}.",
+                     {"mcp_error": type(exc).__name__})

@@ -1,0 +1,361 @@
+"""``MCPServer``: a Model Context Protocol server whose tools a :class:`~we0nb.We0Agent` calls.
+
+Put it in ``tools=[...]``: it connects on first use (or ``async with server:``), lists its
+tools, contributes them to the agent's tool table (refreshed when the server sends
+``notifications/tools/list_changed``), starts again after it dies, and stops when closed
+(``await agent.aclose()``, ``async with agent:``, ``await server.aclose()``). A process that
+ends without closing it closes the server's stdin, which tells a stdio server to exit.
+
+Connections are per event loop (a notebook's loop, or each ``asyncio.run``); each lives in a
+task it owns (see :mod:`we0nb.mcp.connection`), so any task may use or close the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import weakref
+from dataclasses import asdict
+from typing import Any, AsyncIterator, Iterable, Mapping, Optional, Sequence, Union
+
+from .._extras import require
+from ..errors import MCPServerError
+from ..tools import ToolError, ToolPolicy
+from .adapter import MCPTool, PolicyOptions, call_error, make_tool, to_return
+from .connection import Connection, list_tools
+
+__all__ = ["MCPServer"]
+
+log = logging.getLogger("we0nb.mcp")
+
+ApprovalOption = Union[None, bool, Iterable[str]]
+
+
+class MCPServer:
+    """An MCP server as a source of tools; build it with :meth:`stdio` or :meth:`http`.
+
+    Options (both constructors): ``trust_annotations`` (False: every tool has side effects;
+    True: ``readOnlyHint: true`` makes a tool read-only, recalled on resume), ``policies``
+    (the server's tool name -> :class:`~we0nb.ToolPolicy`, overriding anything), ``prefix``
+    (prepended to the tool names the agent sees), ``timeout`` (seconds per call; None: no
+    limit), ``requires_approval`` (True, or a set of the server's tool names, whose calls a
+    person approves first), ``connect_timeout`` (seconds to start and initialize), ``name``
+    (how messages name the server).
+    """
+
+    def __init__(self, *, kind: str, target: Any, name: str, trust_annotations: bool = False,
+                 policies: Optional[Mapping[str, ToolPolicy]] = None, prefix: Optional[str] = None,
+                 timeout: Optional[float] = 300.0, requires_approval: ApprovalOption = None,
+                 connect_timeout: float = 30.0) -> None:
+        require("mcp", "MCPServer", "mcp")  # a clear one-line error without the extra
+        self.kind = kind
+        self._target = target
+        self.name = name
+        self.prefix = _check_prefix(prefix)
+        self.timeout = _check_seconds("timeout", timeout, allow_none=True)
+        self.connect_timeout = _check_seconds("connect_timeout", connect_timeout, allow_none=False)
+        self.options = PolicyOptions(trust_annotations=_check_bool("trust_annotations", trust_annotations),
+                                     policies=_check_policies(policies),
+                                     requires_approval=_check_approval(requires_approval))
+        self._conns: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Connection]" = weakref.WeakKeyDictionary()
+        self._locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
+        self._tools: tuple[MCPTool, ...] = ()
+        self._listed = False
+
+    # ------------------------------------------------------------------ constructors
+
+    @classmethod
+    def stdio(cls, command: str, args: Sequence[str] = (), *, env: Optional[Mapping[str, str]] = None,
+              cwd: Optional[Union[str, os.PathLike[str]]] = None, name: Optional[str] = None,
+              trust_annotations: bool = False, policies: Optional[Mapping[str, ToolPolicy]] = None,
+              prefix: Optional[str] = None, timeout: Optional[float] = 300.0,
+              requires_approval: ApprovalOption = None, connect_timeout: float = 30.0) -> "MCPServer":
+        """A server run as a subprocess (``command`` with ``args``), speaking MCP over its stdin/stdout.
+
+        ``env`` is added to the SDK's minimal environment (HOME, PATH, …); the server's stderr
+        goes to this process's stderr.
+        """
+        if not isinstance(command, str) or not command:
+            raise TypeError("MCPServer.stdio(command): expected the program to run, e.g. 'npx' or sys.executable.")
+        if isinstance(args, str) or not all(isinstance(a, str) for a in args):
+            raise TypeError("MCPServer.stdio(args=...): expected a list of strings, e.g. ['server.py'].")
+        target = {"command": command, "args": list(args), "env": dict(env) if env else None,
+                  "cwd": os.fspath(cwd) if cwd is not None else None}
+        label = name or " ".join([os.path.basename(command), *[os.path.basename(a) for a in args
+                                                              if not a.startswith("-")][:1]])
+        return cls(kind="stdio", target=target, name=label, trust_annotations=trust_annotations, policies=policies,
+                   prefix=prefix, timeout=timeout, requires_approval=requires_approval,
+                   connect_timeout=connect_timeout)
+
+    @classmethod
+    def http(cls, url: str, *, headers: Optional[Mapping[str, str]] = None, name: Optional[str] = None,
+             trust_annotations: bool = False, policies: Optional[Mapping[str, ToolPolicy]] = None,
+             prefix: Optional[str] = None, timeout: Optional[float] = 300.0,
+             requires_approval: ApprovalOption = None, connect_timeout: float = 30.0) -> "MCPServer":
+        """A server reached over MCP's streamable HTTP transport at ``url`` (``headers`` on every request)."""
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ValueError(f"MCPServer.http(url): expected an http:// or https:// URL, got {url!r}.")
+        target = {"url": url, "headers": dict(headers) if headers else None}
+        return cls(kind="http", target=target, name=name or url, trust_annotations=trust_annotations,
+                   policies=policies, prefix=prefix, timeout=timeout, requires_approval=requires_approval,
+                   connect_timeout=connect_timeout)
+
+    # ------------------------------------------------------------------ what the agent asks
+
+    @property
+    def label(self) -> str:
+        return f"MCP server {self.name!r}"
+
+    @property
+    def hint(self) -> str:
+        if self.kind == "stdio":
+            t = self._target
+            return f"Check that `{' '.join([t['command'], *t['args']])}` runs and speaks MCP on stdio."
+        return f"Check that an MCP server answers streamable HTTP at {self._target['url']}."
+
+    async def ensure_tools(self) -> tuple[MCPTool, ...]:
+        """The server's tools, connecting first if needed (the same tuple while they do not change).
+
+        The first connection's failure raises :class:`~we0nb.MCPServerError`; later, a server that
+        cannot be restarted keeps its last tool list (its calls then fail with a clear error).
+        """
+        conn = self._live()
+        try:
+            if conn is None:
+                conn = await self._connect()
+            if conn.stale:
+                conn.stale = False
+                self._set_tools(await list_tools(conn.session))
+        except Exception as e:
+            if not self._listed:
+                raise
+            log.warning("%s: could not refresh its tools (%s); keeping the last list", self.label, e)
+        return self._tools
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        """Call the server's tool ``name`` (its own name, without prefix); the result as a tool
+        return value. Every failure is a :class:`~we0nb.tools.ToolError` with one clear line."""
+        conn = self._live()
+        if conn is None:
+            try:
+                conn = await self._connect()
+            except MCPServerError as e:
+                raise ToolError(f"{e} The call to {name!r} was not made.", {"mcp_error": "unavailable"}) from None
+        session = conn.session
+        try:
+            result = await session.call_tool(name, arguments, read_timeout_seconds=self.timeout)
+        except Exception as e:
+            again = ("The server is started again on the next call." if self.kind == "stdio"
+                     else "It is reconnected on the next call.")
+            err = call_error(e, self.label, name, self.timeout, conn.dead, again)
+            if err.metadata.get("mcp_error") == "connection_closed":
+                conn.end(conn.dead or "the connection was closed")
+            raise err from None
+        return to_return(result, self.label, name)
+
+    # ------------------------------------------------------------------ the effective policies
+
+    def policies(self) -> dict[str, ToolPolicy]:
+        """The effective policy of each tool, by the name the agent sees (as last listed)."""
+        self._check_listed("policies")
+        return {t.name: t.policy for t in self._tools}
+
+    def policy_table(self) -> list[dict[str, Any]]:
+        """One row per tool: names, effective policy, why, and the annotations the server sent."""
+        self._check_listed("policy_table")
+        rows = []
+        for t in self._tools:
+            pol = asdict(t.policy)
+            if callable(pol["requires_approval"]):
+                pol["requires_approval"] = "rule"
+            rows.append({"tool": t.name, "mcp_name": t.remote_name, **pol, "why": t.policy_source,
+                         **{h: v for h, v in t.annotations.items()}})
+        return rows
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def connect(self) -> "MCPServer":
+        """Connect now (it also happens on first use); returns the server."""
+        await self.ensure_tools()
+        return self
+
+    @property
+    def connected(self) -> bool:
+        """Whether this event loop has a live connection to the server."""
+        return self._live() is not None
+
+    async def aclose(self) -> None:
+        """Disconnect (a stdio server's process ends); the server connects again if used again."""
+        here = _running_loop()
+        conns = list(self._conns.items())
+        self._conns.clear()
+        for loop, conn in conns:
+            if loop is here:
+                await conn.close()
+            elif not loop.is_closed():  # a connection made in another thread's loop
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(conn.end, "closed")
+
+    async def __aenter__(self) -> "MCPServer":
+        return await self.connect()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else "not connected"
+        return f"MCPServer({self.kind}, name={self.name!r}, {len(self._tools)} tools, {state})"
+
+    def _repr_html_(self) -> str:
+        from .html import server_html
+
+        return server_html(self)
+
+    # ------------------------------------------------------------------ internals
+
+    def transport(self) -> Any:
+        """The SDK transport for this server (an async context manager of the stream pair)."""
+        t = self._target
+        if self.kind == "stdio":
+            import mcp
+
+            params = mcp.StdioServerParameters(command=t["command"], args=t["args"], env=t["env"], cwd=t["cwd"])
+            return mcp.stdio_client(params, errlog=_errlog())
+        return _http_transport(t["url"], t["headers"])
+
+    def _live(self) -> Optional[Connection]:
+        conn = self._conns.get(_running_loop())
+        return conn if conn is not None and conn.usable else None
+
+    async def _connect(self) -> Connection:
+        loop = asyncio.get_running_loop()
+        lock = self._locks.get(loop)
+        if lock is None:
+            lock = self._locks[loop] = asyncio.Lock()
+        async with lock:
+            conn = self._live()
+            if conn is not None:
+                return conn
+            for gone in [lp for lp in self._conns if lp.is_closed()]:  # ended loops (asyncio.run): forget them
+                del self._conns[gone]  # (a connection's task refers to its loop: no weak key would drop it)
+            old = self._conns.pop(loop, None)
+            if old is not None:  # it died: wait until its transport is down, then start again
+                await old.close()
+            conn = Connection(self)
+            self._conns[loop] = conn
+            try:
+                tools = await conn.ready()
+            except BaseException:
+                self._conns.pop(loop, None)
+                await conn.close()
+                raise
+            self._set_tools(tools)
+            return conn
+
+    def _set_tools(self, listed: list[Any]) -> None:
+        opts, prefix = self.options, self.prefix or ""
+        names = {t.name for t in listed}
+        unknown = sorted((set(opts.policies) | (set() if isinstance(opts.requires_approval, bool)
+                                                 else set(opts.requires_approval))) - names)
+        if unknown:
+            msg = (f"{self.label} has no tool named {', '.join(map(repr, unknown))} (named in policies= or "
+                   f"requires_approval=); its tools: {', '.join(sorted(names)) or '(none)'}. Use the server's "
+                   "own names, without prefix=.")
+            if not self._listed:
+                raise ValueError(msg)
+            log.warning(msg)
+        tools = tuple(make_tool(self, t, opts, prefix) for t in listed)
+        if [(t.name, t.policy, t.input_schema, t.description) for t in tools] != \
+                [(t.name, t.policy, t.input_schema, t.description) for t in self._tools] or not self._listed:
+            self._tools = tools  # a new tuple only on a change: the agent rebuilds its table then
+        self._listed = True
+
+    def _check_listed(self, what: str) -> None:
+        if not self._listed:
+            raise RuntimeError(f"{self.label} has not listed its tools yet: connect first "
+                               f"(`await server.connect()` or `async with server:`), then call {what}().")
+
+
+@contextlib.asynccontextmanager
+async def _http_transport(url: str, headers: Optional[dict[str, str]]) -> AsyncIterator[Any]:
+    from mcp.client.streamable_http import streamable_http_client
+
+    if not headers:
+        async with streamable_http_client(url) as streams:
+            yield streams
+        return
+    import httpx2
+
+    client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
+    async with client, streamable_http_client(url, http_client=client) as streams:
+        yield streams
+
+
+def _errlog() -> Any:
+    """Where a stdio server's stderr goes: this process's real stderr (a file descriptor)."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    import subprocess
+
+    return subprocess.DEVNULL
+
+
+def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+# --------------------------------------------------------------------------- option checks
+
+
+def _check_prefix(prefix: Any) -> Optional[str]:
+    if prefix is not None and (not isinstance(prefix, str) or not prefix):
+        raise TypeError("MCPServer(prefix=...): expected a non-empty string such as 'files_', or None.")
+    return prefix
+
+
+def _check_seconds(what: str, value: Any, *, allow_none: bool) -> Optional[float]:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        none = " or None (no limit)" if allow_none else ""
+        raise ValueError(f"MCPServer({what}=...): expected seconds > 0{none}, got {value!r}.")
+    return float(value)
+
+
+def _check_bool(what: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"MCPServer({what}=...): expected True or False, got {value!r}.")
+    return value
+
+
+def _check_policies(policies: Any) -> dict[str, ToolPolicy]:
+    if policies is None:
+        return {}
+    if not isinstance(policies, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, ToolPolicy) for k, v in policies.items()):
+        raise TypeError("MCPServer(policies=...): expected a dict of the server's tool names to ToolPolicy, "
+                        "e.g. {'read_file': ToolPolicy(side_effects=False)}.")
+    return dict(policies)
+
+
+def _check_approval(value: Any) -> Union[bool, frozenset[str]]:
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise TypeError("MCPServer(requires_approval=...): expected True, False, or a set of the server's tool "
+                        "names (before prefix=), e.g. {'delete_file'}.")
+    names = frozenset(value)
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError("MCPServer(requires_approval=...): the set must hold tool names (strings).")
+    return names
