@@ -121,7 +121,7 @@ def make_store(kind: str, tmp: str, pg: Optional[str]) -> Any:
         return MemoryPersistence()
     if kind == "sqlite":
         return SqlPersistence(f"sqlite:///{tmp}/w7-{uuid.uuid4().hex[:8]}.db")
-    return SqlPersistence(pg, schema=_pg_schema(pg))
+    return SqlPersistence(pg, schema=_pg_schema(pg), engine_options=json.loads(os.environ.get("W7_PG_ENGINE", "{}")))
 
 
 def _pg_schema(pg: str) -> str:
@@ -213,7 +213,7 @@ async def run_pydantic_evals(n: int, conc: int) -> Optional[dict[str, Any]]:
     async def task(prompt: str) -> str:
         return (await agent.run(prompt)).output
 
-    dataset = Dataset(cases=[Case(name=p, inputs=p) for p in prompts(n)])
+    dataset = Dataset(name="w7", cases=[Case(name=p, inputs=p) for p in prompts(n)])
     t0, c0 = time.perf_counter(), time.process_time()
     await dataset.evaluate(task, max_concurrency=conc, progress=False)
     return _figures(time.perf_counter() - t0, time.process_time() - c0, n, timeline)

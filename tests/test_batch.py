@@ -380,3 +380,53 @@ def test_cli_batch_ls_and_show(tmp_path, capsys) -> None:
     assert db.stat().st_mtime_ns == before  # read-only
     assert main(["batch", "ls", "--db", str(tmp_path / "missing.db")]) == 1
     assert "no database at" in capsys.readouterr().err and not (tmp_path / "missing.db").exists()
+
+
+async def test_cancelling_the_batch_task_cuts_and_records_its_items_then_raises(store, ledger) -> None:
+    agent = make_agent(store, ledger, delay=0.02, tool_delay=0.2)
+    task = asyncio.create_task(agent.batch(prompts(10), name="cancelled", concurrency=3, progress=False))
+    while not ledger.lines():
+        await asyncio.sleep(0.005)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    items = await store.batch_items("cancelled")
+    statuses = {it.status for it in items}
+    assert "running" not in statuses and "aborted" in statuses and "pending" in statuses
+    done = await agent.batch(prompts(10), name="cancelled", concurrency=3, progress=False)  # no wait for a TTL
+    assert done.counts == {"stop": 10}
+    _assert_no_side_effect_twice(ledger)
+
+
+def test_a_schema_3_database_gains_the_batch_tables_in_place(tmp_path) -> None:
+    import sqlite3
+
+    from we0nb.persistence.sql import tables as S
+
+    db = tmp_path / "old.db"
+
+    async def first() -> None:
+        p = SqlPersistence(f"sqlite:///{db}")
+        await make_agent(p, Ledger(tmp_path / "l.jsonl"), steps=0).invoke(messages=[user_message("hi")])
+        await p.close()
+
+    asyncio.run(first())
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE we0_batch_items")
+    conn.execute("DROP TABLE we0_batches")
+    conn.execute("UPDATE we0_meta SET value = '3' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+
+    async def again() -> BatchResult:
+        p = SqlPersistence(f"sqlite:///{db}")
+        try:
+            assert len(await p.list_sessions()) == 1  # opens and upgrades
+            return await make_agent(p, Ledger(tmp_path / "l.jsonl"), steps=0).batch(["a"], progress=False)
+        finally:
+            await p.close()
+
+    assert asyncio.run(again()).counts == {"stop": 1}
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT value FROM we0_meta WHERE key = 'schema_version'").fetchone() == (str(S.SCHEMA_VERSION),)
+    conn.close()

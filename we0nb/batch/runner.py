@@ -54,6 +54,8 @@ class Worker:
         self.ttl = float(getattr(self.store, "lease_ttl", 15.0))
         self.renew_every = float(getattr(self.store, "lease_renew", self.ttl / 3))
         self.running: dict[asyncio.Task[ItemOutcome], BatchItem] = {}
+        self.finished: list[asyncio.Task[ItemOutcome]] = []  # done, not yet recorded
+        self.wake = asyncio.Event()  # an item finished, or the stop was set
         self.failures = 0
         self.stopped: Optional[str] = None  # "aborted" | "max_failures"
         self.backoff = 0.0
@@ -64,6 +66,7 @@ class Worker:
         LIVE_WORKERS.add(self.owner)
         heartbeat = asyncio.ensure_future(self._heartbeat())
         stop_wait = asyncio.ensure_future(self.stop.wait())
+        stop_wait.add_done_callback(lambda _: self.wake.set())
         try:
             await self.store.free_dead_claims(self.name, list(LIVE_WORKERS))
             await self._loop(stop_wait)
@@ -86,10 +89,12 @@ class Worker:
                 if not claimed:  # others hold the last items (or a back-off): look again soon
                     await self._idle(stop_wait)
                 continue
-            done, _ = await asyncio.wait([*self.running, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+            if not self.finished:
+                self.wake.clear()
+                await self.wake.wait()  # (one event, not asyncio.wait over every running task)
+            done, self.finished = self.finished, []
             for task in done:
-                if task is not stop_wait:
-                    await self._finish(task)  # type: ignore[arg-type]
+                await self._finish(task)
 
     async def _claim(self) -> int:
         free = self.concurrency - len(self.running)
@@ -101,9 +106,14 @@ class Worker:
             task = asyncio.ensure_future(run_item(self.agent, it, self.stop, own_sessions=self.own_sessions,
                                                   backoff=max(self.backoff, self.BACKOFF)))
             self.running[task] = it
+            task.add_done_callback(self._on_done)
         if items:
             self.progress.claimed(len(items))
         return len(items)
+
+    def _on_done(self, task: "asyncio.Task[ItemOutcome]") -> None:
+        self.finished.append(task)
+        self.wake.set()
 
     async def _finish(self, task: "asyncio.Task[ItemOutcome]") -> None:
         it = self.running.pop(task)
@@ -150,6 +160,7 @@ class Worker:
         self.stop.set()
         tasks = list(self.running)
         await asyncio.wait(tasks)
+        self.finished = []
         for task in tasks:
             if task.cancelled() or task.exception() is not None:
                 self.running.pop(task, None)

@@ -38,6 +38,7 @@ class MemoryPersistence(Persistence):
         self._messages: dict[str, dict[str, _Stored]] = {}
         self._leases: dict[str, str] = {}
         self._batches: dict[str, tuple[BatchInfo, list[BatchItem]]] = {}
+        self._first_queued: dict[str, int] = {}  # per batch: no queued item before this index
 
     def __repr__(self) -> str:
         return f"MemoryPersistence(sessions={len(self._sessions)})"
@@ -136,8 +137,13 @@ class MemoryPersistence(Persistence):
 
     async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float,
                                 expires: float) -> list[BatchItem]:
-        out = []
-        for r in self._rows(name):
+        out: list[BatchItem] = []
+        rows = self._rows(name)
+        start = self._first_queued.get(name, 0)
+        while start < len(rows) and not rows[start].queued:
+            start += 1
+        self._first_queued[name] = start
+        for r in rows[start:]:
             if len(out) >= n:
                 break
             if r.queued and r.expires < now:
@@ -160,6 +166,8 @@ class MemoryPersistence(Persistence):
         if r is None or r.owner != owner or r.status != "running":
             return False
         r.status, r.queued, r.owner, r.expires = end.status, end.queued, None, end.not_before
+        if end.queued:
+            self._first_queued[name] = min(self._first_queued.get(name, 0), item)
         r.attempts, r.started = end.attempts, end.started
         r.finished = end.finished
         r.duration += end.run_time
@@ -176,6 +184,7 @@ class MemoryPersistence(Persistence):
         for i in items:
             if 0 <= i < len(rows) and rows[i].status != "running" and not rows[i].queued:
                 rows[i].queued, rows[i].expires = True, 0.0
+                self._first_queued[name] = min(self._first_queued.get(name, 0), i)
                 n += 1
         return n
 
