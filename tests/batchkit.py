@@ -55,7 +55,7 @@ def make_agent(persistence: Any, ledger: Ledger, *, steps: int = 3, delay: float
     @tool(requires_approval=lambda input: approval(input["prompt"]))
     async def act(prompt: str, n: int) -> str:
         """A side effect: one ledger line per execution."""
-        ledger.add(prompt, n)
+        await asyncio.to_thread(ledger.add, prompt, n)  # (a file write: off the event loop)
         if tool_delay:
             await asyncio.sleep(tool_delay)
         return f"acted {n}"

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+import pandas  # noqa: F401  (imported here, not on the event loop under the blocking-call guard)
 import pytest
+import tqdm.auto  # noqa: F401
 
 from we0nb import MemoryPersistence, SqlPersistence, We0Agent, user_message
 from we0nb.batch import BatchResult

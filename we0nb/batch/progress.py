@@ -164,19 +164,17 @@ def render_counts(name: str, counts: dict[str, int], errors: list[str]) -> str:
 def make_progress(name: str, stop: asyncio.Event, enabled: bool) -> NoProgress:
     if not enabled:
         return NoProgress()
+    import tqdm.auto  # noqa: F401  (in a kernel this imports ipywidgets, which _in_kernel looks for)
+
     return Progress(name, stop, live=_in_kernel())
 
 
 def _in_kernel() -> bool:
+    """Whether this runs in a Jupyter kernel (nothing is imported to find out: a kernel has)."""
     import sys
 
-    if "ipykernel" not in sys.modules:
+    ipython = sys.modules.get("IPython")
+    if ipython is None or "ipykernel" not in sys.modules or "ipywidgets" not in sys.modules:
         return False
-    try:
-        from IPython import get_ipython
-
-        ip = get_ipython()
-        import ipywidgets  # noqa: F401
-    except ImportError:
-        return False
+    ip = ipython.get_ipython()
     return ip is not None and hasattr(ip, "kernel")
