@@ -9,6 +9,8 @@ the commits, and any wait for the event loop), p50 / p99. Variants:
 * ``bare``: asyncio + ``Semaphore(100)`` sleeping the same 4 × 50 ms (the limit);
 * ``memory``, ``sqlite``, ``postgres``: ``agent.batch`` on that store (postgres needs
   ``WE0NB_TEST_POSTGRES_URL`` or ``--pg URL``);
+* ``memory-invoke``, ``sqlite-invoke``, ``postgres-invoke``: the same items as plain
+  ``agent.invoke`` calls under a Semaphore (the engine alone: what the batch adds is the difference);
 * ``postgres-3proc``: 3 processes calling ``agent.batch(prompts, name=same)`` on one
   PostgreSQL schema (each with concurrency 100): wall from the first start to the last end;
 * ``pydantic-evals``: ``Dataset.evaluate(task, max_concurrency=100)`` of a pydantic-ai agent
@@ -104,6 +106,25 @@ async def run_we0(store: Any, n: int, conc: int, name: Optional[str] = None) -> 
     batch = await agent.batch(prompts(n), name=name, concurrency=conc, progress=False)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     assert batch.counts == {"stop": n}, batch.counts
+    await store.close()
+    return _figures(wall, cpu, n, timeline)
+
+
+async def run_invoke(store: Any, n: int, conc: int) -> dict[str, Any]:
+    """The same items as plain ``agent.invoke`` calls under a Semaphore: the engine without the batch."""
+    from we0nb import user_message
+
+    timeline = Timeline()
+    agent = we0_agent(store, timeline)
+    sem = asyncio.Semaphore(conc)
+
+    async def one(p: str) -> None:
+        async with sem:
+            await agent.invoke(messages=[user_message(p)])
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(one(p) for p in prompts(n)))
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     await store.close()
     return _figures(wall, cpu, n, timeline)
 
@@ -251,6 +272,8 @@ def main() -> None:
                         r = asyncio.run(run_bare(n, conc))
                     elif v in ("memory", "sqlite", "postgres"):
                         r = asyncio.run(run_we0(make_store(v, tmp, a.pg), n, conc))
+                    elif v.endswith("-invoke"):
+                        r = asyncio.run(run_invoke(make_store(v[:-7], tmp, a.pg), n, conc))
                     elif v == "postgres-3proc":
                         r = run_processes(n, conc, a.pg)
                     elif v == "pydantic-evals":
