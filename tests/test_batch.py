@@ -380,7 +380,7 @@ def test_cli_batch_ls_and_show(tmp_path, capsys) -> None:
     assert "no batch 'other'" in capsys.readouterr().err
     assert db.stat().st_mtime_ns == before  # read-only
     assert main(["batch", "ls", "--db", str(tmp_path / "missing.db")]) == 1
-    assert "no database at" in capsys.readouterr().err and not (tmp_path / "missing.db").exists()
+    assert "No SQLite database at" in capsys.readouterr().err and not (tmp_path / "missing.db").exists()
 
 
 async def test_cancelling_the_batch_task_cuts_and_records_its_items_then_raises(store, ledger) -> None:
@@ -454,3 +454,23 @@ async def test_structured_output_is_stored_as_json(store) -> None:
     assert [json.loads(o) for o in batch.df["output"]] == [{"label": "AB", "score": 0.2},
                                                            {"label": "CDE", "score": 0.3}]
     assert list(batch.df["tool_calls"]) == [0, 0]  # the output call is not a tool call
+
+
+def test_batch_frames_read_a_url_read_only(tmp_path) -> None:
+    from we0nb import batch_df, batches_df
+
+    db = tmp_path / "f.db"
+
+    async def make() -> None:
+        p = SqlPersistence(f"sqlite:///{db}")
+        await make_agent(p, Ledger(tmp_path / "l.jsonl"), steps=1).batch(prompts(3), name="u", progress=False)
+        await p.close()
+
+    asyncio.run(make())
+    before = db.stat().st_mtime_ns
+    assert list(batches_df(f"sqlite:///{db}")["name"]) == ["u"]
+    assert list(batch_df(f"sqlite:///{db}", "u")["status"]) == ["stop"] * 3
+    assert db.stat().st_mtime_ns == before
+    with pytest.raises(ValueError, match="No SQLite database"):
+        batches_df(f"sqlite:///{tmp_path / 'missing.db'}")
+    assert not (tmp_path / "missing.db").exists()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import statistics
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .persistence.batches import BATCH_STATUSES, BatchInfo, BatchItem
@@ -67,26 +66,12 @@ def format_batch(info: BatchInfo, items: list[BatchItem], max_failures: int = 20
 
 
 def _engine(url: str) -> Any:
-    """A synchronous engine that reads without writing (SQLite ``mode=ro``; PostgreSQL as is)."""
-    from sqlalchemy import create_engine
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.pool import NullPool
+    from .persistence.sql.batches import readonly_engine
 
     try:
-        u = make_url(url)
-    except Exception as e:
-        raise BatchCliError(f"--db {url!r} is not a database URL ({e}).") from None
-    backend = u.get_backend_name()
-    if backend == "sqlite":
-        db = u.database or ""
-        if not db or db == ":memory:":
-            raise BatchCliError("--db: an in-memory database holds no batches between commands.")
-        if not Path(db).exists():
-            raise BatchCliError(f"no database at {db} (from --db {url}).")
-        return create_engine(f"sqlite:///file:{Path(db).resolve()}?mode=ro&uri=true", poolclass=NullPool)
-    if backend in ("postgresql", "postgres"):
-        return create_engine(u.set(drivername="postgresql+psycopg"), poolclass=NullPool)
-    raise BatchCliError(f"--db {url!r}: batches live in SQLite or PostgreSQL, not {backend!r}.")
+        return readonly_engine(url)
+    except ValueError as e:
+        raise BatchCliError(str(e)) from None
 
 
 def _read(url: str, fn: Callable[[Any], Any]) -> Any:

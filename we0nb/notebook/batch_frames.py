@@ -9,13 +9,13 @@ sessions of one batch, and the other frames join them on ``session_id``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
 from ..batch.result import items_frame
 from ..persistence.batches import BATCH_STATUSES, BatchInfo, BatchItem
-from .frames import _Port, _run_sync, _source
+from .sync import run_sync
 
 __all__ = ["batches_df", "batch_df", "batch_session_ids", "BATCHES_COLUMNS"]
 
@@ -54,14 +54,7 @@ def batch_session_ids(p: Any, name: str) -> list[str]:
 def _items(p: Any, name: str) -> list[BatchItem]:
     if not isinstance(name, str):
         raise TypeError(f"batch name must be a string, got {type(name).__name__}.")
-    src = _source(p)
-    if isinstance(src, _Port):
-        items = _run_sync(lambda: src.persistence.batch_items(name))
-    else:
-        from ..persistence.sql.batches import read_items
-
-        with src, src.engine.connect() as conn:
-            items = read_items(conn, name)
+    items = _read(p, lambda store: store.batch_items(name), lambda conn: _sql().read_items(conn, name))
     if not items:
         known = [i.name for i in _infos(p)]
         hint = f" Known batches: {', '.join(map(repr, known[:10]))}." if known else " There are no batches."
@@ -70,10 +63,39 @@ def _items(p: Any, name: str) -> list[BatchItem]:
 
 
 def _infos(p: Any) -> list[BatchInfo]:
-    src = _source(p)
-    if isinstance(src, _Port):
-        return _run_sync(lambda: src.persistence.list_batches())
-    from ..persistence.sql.batches import read_infos
+    return _read(p, lambda store: store.list_batches(), lambda conn: _sql().read_infos(conn))
 
-    with src, src.engine.connect() as conn:
-        return read_infos(conn)
+
+def _sql() -> Any:
+    from ..persistence.sql import batches
+
+    return batches
+
+
+def _read(p: Any, port: Callable[[Any], Any], sql: Callable[[Any], Any]) -> Any:
+    """Read from ``p``: a SQL database through a synchronous connection (an engine of its own
+    for a URL, read-only), any other persistence through its port."""
+    from ..persistence.base import Persistence
+
+    if not isinstance(p, (Persistence, str)) and isinstance(getattr(p, "persistence", None), Persistence):
+        p = p.persistence  # a We0Agent
+    if isinstance(p, Persistence):
+        make = getattr(p, "sync_engine", None)
+        if not callable(make):
+            return run_sync(lambda: port(p))
+        with make().connect() as conn:
+            return sql(conn)
+    import sqlalchemy as sa
+
+    if isinstance(p, sa.engine.Engine):
+        with p.connect() as conn:
+            return sql(conn)
+    if isinstance(p, (str, sa.engine.URL)):
+        engine = _sql().readonly_engine(p)
+        try:
+            with engine.connect() as conn:
+                return sql(conn)
+        finally:
+            engine.dispose()
+    raise TypeError("Expected a We0Agent, a persistence (MemoryPersistence, SqlPersistence), a SQLAlchemy "
+                    f"Engine or a database URL, got {type(p).__name__}.")
