@@ -17,6 +17,7 @@ import tqdm.auto  # noqa: F401
 from we0nb import MemoryPersistence, SqlPersistence, We0Agent, user_message
 from we0nb.batch import BatchResult
 from we0nb.batch.runner import Worker
+from we0nb.cli import main as cli_main  # (imported at collection, as test_cli does: its writer binds sys.stdout)
 from we0nb.persistence.batches import BATCH_STATUSES, ItemEnd
 
 from batchkit import Ledger, make_agent
@@ -355,8 +356,7 @@ async def test_batches_df_batch_df_and_sessions_df_of_a_batch(store, ledger) -> 
 
 
 def test_cli_batch_ls_and_show(tmp_path, capsys) -> None:
-    from we0nb.cli import main
-
+    main = cli_main
     db = tmp_path / "b.db"
 
     async def make() -> None:
