@@ -34,7 +34,7 @@ async def run_batch(agent: Any, prompts: Any, *, name: Optional[str] = None, con
     new = batch_items(prompts, session_ids)
     name = new_batch_name() if name is None else check_session_id(name, "batch(name=...)")
     store = agent.persistence
-    info = await store.open_batch(name, new, session_ids_given=session_ids is not None, now=now())
+    await store.open_batch(name, new, session_ids_given=session_ids is not None, now=now())
     await _requeue(agent, name, retry_failed)
     stop = asyncio.Event()  # the runs' abort: set by the caller's abort, or by max_failures
     relay = asyncio.ensure_future(_relay(abort, stop)) if abort is not None else None

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
 from ..errors import LeaseLostError
-from .batches import BatchInfo, BatchItem, ItemEnd, NewItem
 from ..messages import AssistantMessage, MessageWithParts, Part, Session, Transcript, UserMessage
 from ..models.base import ModelMessage
+from .batches import BatchInfo, BatchItem, ItemEnd, NewItem
 
 __all__ = ["Persistence", "Lease", "lease_owner", "RecentHistory", "recent_start", "Batch"]
 
