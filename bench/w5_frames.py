@@ -218,38 +218,36 @@ def _child(what: str, db: str, runs: int, naive_sessions: int) -> dict:
             shape = df.shape
             del df
     else:  # naive: transcripts as objects through the port, then the frame
-        tools_only = what == "naive_tool_calls"
-        ids = [f"ses_{i:06d}" for i in range(naive_sessions)]
-        spec = frames.TOOL_CALL_COLUMNS if tools_only else frames.PART_COLUMNS
-        group = "session_id" if tools_only else "message_id"
-        port = _PortOnly(sp, ids)
+        fn = frames.tool_calls_df if what == "naive_tool_calls" else frames.parts_df
+        port = _port_only(sp, [f"ses_{i:06d}" for i in range(naive_sessions)])
         for _ in range(runs):
             t, c = time.perf_counter(), time.process_time()
-            raw = frames._port_parts_raw(port, ids, None, None, tools_only=tools_only)
-            df = frames._build(raw, spec, group)
+            df = fn(port)
             times.append(time.perf_counter() - t)
             cpu.append(time.process_time() - c)
             shape = df.shape
-            del df, raw
+            del df
     return {"what": what, "times": times, "cpu": cpu, "shape": shape, "rss_base_mb": base_rss,
             "rss_peak_mb": _rss_mb()}
 
 
-class _PortOnly:
-    """The persistence seen only through its async port (what a naive build uses).
+def _port_only(p, ids):
+    """The persistence seen only through its async port (what a naive build uses): a
+    persistence without SQL, so the frames load every transcript as objects.
 
     ``list_sessions`` returns the measured subset (one ``get_session`` each), so the naive
     cost is per session and extrapolates linearly.
     """
+    from we0nb import MemoryPersistence
 
-    def __init__(self, p, ids):
-        self._p, self._ids = p, ids
+    class PortOnly(MemoryPersistence):
+        async def list_sessions(self):
+            return [await p.get_session(i) for i in ids]
 
-    async def list_sessions(self):
-        return [await self._p.get_session(i) for i in self._ids]
+        async def load_transcript(self, session_id):
+            return await p.load_transcript(session_id)
 
-    async def load_transcript(self, session_id):
-        return await self._p.load_transcript(session_id)
+    return PortOnly()
 
 
 def _measure(what: str, db: Path, runs: int, naive_sessions: int) -> dict:

@@ -27,10 +27,18 @@ def _size(msg: dict[str, Any]) -> int:
 
 
 class Kernel:
-    def __init__(self, cwd: Optional[str] = None, env: Optional[dict[str, str]] = None):
+    """``kernel_dirs``/``kernel_name``: another kernelspec (e.g. an older ipykernel, see kernel_venvs)."""
+
+    def __init__(self, cwd: Optional[str] = None, env: Optional[dict[str, str]] = None,
+                 kernel_name: str = "python3", kernel_dirs: Optional[list[str]] = None):
         last: Optional[BaseException] = None
         for attempt in range(2):  # a fresh kernel occasionally misses its first heartbeat on a busy machine
-            km = KernelManager(kernel_name="python3")
+            kw_km: dict[str, Any] = {}
+            if kernel_dirs:
+                from jupyter_client.kernelspec import KernelSpecManager
+
+                kw_km["kernel_spec_manager"] = KernelSpecManager(kernel_dirs=kernel_dirs)
+            km = KernelManager(kernel_name=kernel_name, **kw_km)
             try:
                 kw: dict[str, Any] = {}
                 if cwd:

@@ -380,7 +380,7 @@ def test_cli_batch_ls_and_show(tmp_path, capsys) -> None:
     assert "no batch 'other'" in capsys.readouterr().err
     assert db.stat().st_mtime_ns == before  # read-only
     assert main(["batch", "ls", "--db", str(tmp_path / "missing.db")]) == 1
-    assert "No SQLite database at" in capsys.readouterr().err and not (tmp_path / "missing.db").exists()
+    assert "no database at" in capsys.readouterr().err and not (tmp_path / "missing.db").exists()
 
 
 async def test_cancelling_the_batch_task_cuts_and_records_its_items_then_raises(store, ledger) -> None:
@@ -471,6 +471,8 @@ def test_batch_frames_read_a_url_read_only(tmp_path) -> None:
     assert list(batches_df(f"sqlite:///{db}")["name"]) == ["u"]
     assert list(batch_df(f"sqlite:///{db}", "u")["status"]) == ["stop"] * 3
     assert db.stat().st_mtime_ns == before
-    with pytest.raises(ValueError, match="No SQLite database"):
+    from we0nb import PersistenceError
+
+    with pytest.raises(PersistenceError, match="reading never creates a database"):  # as every frame
         batches_df(f"sqlite:///{tmp_path / 'missing.db'}")
     assert not (tmp_path / "missing.db").exists()

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -214,3 +216,154 @@ def test_jupyterlab_abort_resume_and_no_xss(tmp_path, artifacts):
         img.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(artifacts / "live-view.png", img / "live-view.png")
         shutil.copyfile(artifacts / "panel-finished.png", img / "panel.png")
+
+
+# --------------------------------------------------------------------------- Abort while another cell awaits
+
+ABORT_CELLS = [
+    """from we0nb import We0Agent, ScriptedModel, text, tool, tool_call
+from we0nb.notebook import RunPanel
+
+ORDERS = []
+
+@tool
+def order_tea(quantity: int) -> str:
+    ORDERS.append(quantity)
+    return "ordered"
+
+agent = We0Agent(ScriptedModel([
+    [text([f"w{i} " for i in range(300)]), tool_call("order_tea", {"quantity": 1})],
+    [text("done")],
+], delay=0.1), tools=[order_tea])
+panel = RunPanel(agent, session_id="ses_wait")
+panel.start("go")""",
+    "r = await panel.wait()",
+    "import ipykernel\nprint('orders:', ORDERS, '| status:', panel.status, '| latency:', panel.last_abort_latency,"
+    " '| ipykernel', ipykernel.__version__)",
+]
+
+
+def _write(path: Path, cells: list[str], kernel: str = "python3", display: str = "Python 3 (ipykernel)") -> None:
+    nb = {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+                   "source": src} for i, src in enumerate(cells)],
+        "metadata": {"kernelspec": {"display_name": display, "language": "python", "name": kernel},
+                     "language_info": {"name": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(nb, indent=1))
+
+
+def _browser(playwright):
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("version", ["6.29.5", "7.0.1"])
+def test_abort_click_while_another_cell_awaits_stops_the_run(tmp_path, artifacts, version):
+    """Run All: cell 2 awaits ``panel.wait()`` while the run streams; the Abort click stops the run
+    before its side effect (``order_tea``), on an ipykernel 6 and a 7 kernel in their own venvs."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    from kernel_venvs import write_kernelspec
+
+    root = tmp_path / "root"
+    root.mkdir()
+    name = write_kernelspec(tmp_path / "jupyter" / "data", version)
+    _write(root / "abort.ipynb", ABORT_CELLS, kernel=name, display=f"Python (ipykernel {version})")
+    lab = Lab(root, tmp_path / "jupyter")
+    lab.start()
+    try:
+        with playwright.sync_playwright() as p:
+            browser = _browser(p)
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            try:
+                page.goto(f"{lab.url}/lab/tree/abort.ipynb", wait_until="domcontentloaded", timeout=120_000)
+                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+                for attempt in range(3):
+                    _kernel_ready(page)
+                    _run_all(page, restart=attempt > 0)
+                    if _started(page):
+                        break
+                # streaming, Abort enabled, and the second cell is running (awaiting the panel)
+                page.wait_for_function("""() => {
+                    const live = [...document.querySelectorAll('.we0-live')].some(e => e.innerText.includes('w30 '));
+                    const prompts = document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
+                    return live && document.querySelector('button.we0-abort:not([disabled])')
+                        && prompts.length > 1 && prompts[1].innerText.includes('*');
+                }""", timeout=180_000)
+                clicked = time.time()
+                page.click("button.we0-abort")
+                page.wait_for_function("""() => {
+                    // JupyterLab renders only the cells in view: keep the last one in view
+                    const scroller = document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer');
+                    if (scroller) scroller.scrollTop = scroller.scrollHeight;
+                    return [...document.querySelectorAll('.jp-OutputArea-output')]
+                        .some(e => e.innerText.includes('orders:'));
+                }""", timeout=180_000)
+                seen = time.time()
+                out = page.locator(".jp-OutputArea-output:has-text('orders:')").inner_text()
+                page.screenshot(path=str(artifacts / f"abort-while-awaiting-{version}.png"), full_page=True)
+                assert f"| ipykernel {version}" in out, out
+                assert "orders: [] | status: aborted" in out, out  # the side effect never ran
+                latency = float(out.split("| latency:")[1].split("|")[0])
+                assert 0 <= latency <= seen - clicked + 1.0, (latency, seen - clicked)
+            except Exception:
+                page.screenshot(path=str(artifacts / f"abort-while-awaiting-{version}-failure.png"), full_page=True)
+                raise
+            finally:
+                browser.close()
+    finally:
+        lab.stop()
+
+
+# --------------------------------------------------------------------------- a saved tutorial, untrusted
+
+
+@pytest.mark.timeout(600)
+def test_a_saved_tutorial_reads_well_untrusted(tmp_path, artifacts):
+    """What a Binder user sees first: the tutorial as saved, not trusted (its <style> is removed by
+    JupyterLab's sanitiser); the inline styles keep tables, badges and text readable."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copyfile(REPO / "notebooks" / "02-abort-and-resume.ipynb", root / "tutorial.ipynb")
+    lab = Lab(root, tmp_path / "jupyter")
+    lab.start()
+    try:
+        with playwright.sync_playwright() as p:
+            browser = _browser(p)
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            try:
+                page.goto(f"{lab.url}/lab/tree/tutorial.ipynb", wait_until="domcontentloaded", timeout=120_000)
+                page.wait_for_selector(".jp-OutputArea-output .we0", timeout=120_000)
+                facts = page.evaluate("""() => {
+                    const out = document.querySelector('.jp-Notebook');
+                    const badge = out.querySelector('.we0-badge');
+                    const cell = out.querySelector('.we0-tools td');
+                    const text = out.querySelector('.we0-text');
+                    const head = out.querySelector('.we0-turn > div');
+                    return {
+                        styles: out.querySelectorAll('.jp-OutputArea-output style').length,
+                        badgeBg: getComputedStyle(badge).backgroundColor,
+                        badgeColor: getComputedStyle(badge).color,
+                        cellBorder: getComputedStyle(cell).borderTopWidth,
+                        whiteSpace: getComputedStyle(text).whiteSpace,
+                        head: head.innerText,
+                    };
+                }""")
+                table = page.locator(".jp-OutputArea-output .we0:has(.we0-tools)").first
+                table.scroll_into_view_if_needed()
+                table.screenshot(path=str(artifacts / "tutorial-untrusted.png"))
+                assert facts["styles"] == 0, "the notebook is trusted: this test would not see the sanitised view"
+                assert facts["badgeBg"] not in ("rgba(0, 0, 0, 0)", "transparent") and facts["badgeColor"] == "rgb(255, 255, 255)"
+                assert facts["cellBorder"] != "0px"
+                assert facts["whiteSpace"] == "pre-wrap"
+                assert re.match(r"^\w+\s+\S", facts["head"]), facts["head"]  # "USER 2026-…", not "USER2026-…"
+            finally:
+                browser.close()
+    finally:
+        lab.stop()

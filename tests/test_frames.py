@@ -9,20 +9,24 @@ hold the same ids and times and must give the same frames. PostgreSQL runs when
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import sqlite3
 import uuid
 
 import numpy as np
 import pandas as pd
 import pytest
+from sqlalchemy.engine import make_url
 
 from we0nb import MemoryPersistence, ScriptedModel, We0Agent, reasoning, text, tool, tool_call, usage, user_message
 from we0nb.messages import (
     AssistantMessage, CompactionPart, MessageTime, PartTime, Session, SessionTime, StepFinishPart, StepStartPart,
     TextPart, Usage, UserMessage,
 )
-from we0nb.notebook import frames
+from we0nb.notebook import frame_types, frames
+from we0nb.persistence.sql import columns, sources
 from we0nb.notebook.frames import (
     expand_json, messages_df, parts_df, session_summary, sessions_df, tool_calls_df,
 )
@@ -172,8 +176,11 @@ def sqlite_db(memory, tmp_path_factory):
 
     path = tmp_path_factory.mktemp("frames") / "history.db"
     sp = SqlPersistence(f"sqlite:///{path}")
-    asyncio.run(copy_history(memory, sp))
-    return sp
+    try:
+        asyncio.run(copy_history(memory, sp))
+        yield sp
+    finally:
+        asyncio.run(sp.close())
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +212,11 @@ def empty_backend(request, tmp_path):
     if request.param == "memory":
         yield MemoryPersistence()
     elif request.param == "sqlite":
-        yield SqlPersistence(f"sqlite:///{tmp_path / 'empty.db'}")
+        sp = SqlPersistence(f"sqlite:///{tmp_path / 'empty.db'}")
+        try:
+            yield sp
+        finally:
+            asyncio.run(sp.close())
     else:
         if PG_URL is None:
             pytest.skip(PG_SKIP)
@@ -214,6 +225,7 @@ def empty_backend(request, tmp_path):
         try:
             yield sp
         finally:
+            asyncio.run(sp.close())
             _pg_admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
@@ -225,7 +237,9 @@ def check_dtypes(df: pd.DataFrame, view: str) -> None:
     assert list(df.columns) == list(spec), (list(df.columns), list(spec))
     for name, kind in spec.items():
         dt = df[name].dtype
-        if isinstance(kind, tuple):
+        if kind == ("outcome",):
+            assert isinstance(dt, pd.CategoricalDtype) and list(dt.categories) == ["keep", "recall", "interrupt"]
+        elif isinstance(kind, tuple):
             assert dt == np.dtype("timedelta64[us]"), (name, dt)
         elif kind in ("id", "str", "json"):
             assert isinstance(dt, pd.StringDtype) and dt.na_value is pd.NA, (name, dt)
@@ -240,7 +254,7 @@ def check_dtypes(df: pd.DataFrame, view: str) -> None:
         elif kind.startswith("cat:"):
             assert isinstance(dt, pd.CategoricalDtype), (name, dt)
             assert isinstance(dt.categories.dtype, pd.StringDtype), (name, dt.categories.dtype)
-            fixed = frames._FIXED_CATEGORIES.get(name)
+            fixed = frame_types.FIXED_CATEGORIES.get(name)
             if fixed is not None:
                 assert list(dt.categories[: len(fixed)]) == list(fixed)
         else:  # pragma: no cover
@@ -260,7 +274,7 @@ def test_columns_and_dtypes(backend, view):
 def test_minimum_columns(memory):
     assert {"session_id", "message_id", "role"} <= set(messages_df(memory).columns)
     assert {"session_id", "message_id", "part_id", "tool", "status", "interrupted", "interrupt_reason", "error",
-            "recalled", "output", "duration", "input", "metadata"} <= set(tool_calls_df(memory).columns)
+            "recalled", "output", "duration", "input", "metadata", "outcome"} <= set(tool_calls_df(memory).columns)
     assert {"session_id", "message_id", "part_id", "order", "type"} <= set(parts_df(memory).columns)
 
 
@@ -301,7 +315,7 @@ def test_identical_with_filters_across_backends(memory, sqlite_db):
 def test_python_json_fallback_matches(sqlite_db, monkeypatch):
     """A database whose JSON functions we do not know: ``data`` is read and parsed here."""
     expected = {name: fn(sqlite_db) for name, fn in VIEWS.items()}
-    monkeypatch.setattr(frames, "_json_value", lambda *a, **k: None)
+    monkeypatch.setattr(columns, "_extract", lambda *a, **k: None)
     for name, fn in VIEWS.items():
         pd.testing.assert_frame_equal(fn(sqlite_db), expected[name], check_exact=True)
 
@@ -309,6 +323,9 @@ def test_python_json_fallback_matches(sqlite_db, monkeypatch):
 def test_inputs_agent_engine_url(memory, sqlite_db):
     agent = We0Agent(ScriptedModel([]), persistence=memory)
     pd.testing.assert_frame_equal(tool_calls_df(agent), tool_calls_df(memory))
+    assert columns.open_reader(memory) is None  # read through its port
+    with columns.open_reader(sqlite_db) as reader:  # SqlPersistence: read in bulk, never through the port
+        assert reader.dialect == "sqlite" and not reader.owned
     expected = parts_df(sqlite_db)
     pd.testing.assert_frame_equal(parts_df(We0Agent(ScriptedModel([]), persistence=sqlite_db)), expected)
     pd.testing.assert_frame_equal(parts_df(sqlite_db.url), expected)
@@ -565,7 +582,7 @@ def test_time_read_off_a_frame_selects_its_own_row(backend):
 
 
 def test_long_id_lists_are_filtered_after_the_query(memory, sqlite_db, monkeypatch):
-    monkeypatch.setattr(frames, "_MAX_SQL_IDS", 1)
+    monkeypatch.setattr(columns, "_MAX_SQL_IDS", 1)
     ids = ["ses_b", "ses_a", "nope"]
     for name, fn in VIEWS.items():
         pd.testing.assert_frame_equal(fn(sqlite_db, ids), fn(memory, ids), check_exact=True)
@@ -597,164 +614,55 @@ def test_rows_sorted_by_code_point_on_every_backend(empty_backend):
 def test_urls_and_engines_must_hold_we0nb_tables(tmp_path):
     import sqlalchemy as sa
 
-    missing = tmp_path / "missing.db"
-    with pytest.raises(ValueError, match="No SQLite database"):
-        parts_df(f"sqlite:///{missing}")
-    assert not missing.exists()  # not created as a side effect
     other = tmp_path / "other.db"
     eng = sa.create_engine(f"sqlite:///{other}")
-    with eng.begin() as conn:
-        conn.exec_driver_sql("CREATE TABLE t (x INTEGER)")
-    with pytest.raises(ValueError, match="no we0nb tables"):
-        tool_calls_df(eng)
-    with pytest.raises(ValueError, match="no we0nb tables"):
-        sessions_df(f"sqlite:///{other}")
-    eng.dispose()
+    try:
+        with eng.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE t (x INTEGER)")
+        with pytest.raises(ValueError, match="no we0nb tables"):
+            tool_calls_df(eng)
+        with pytest.raises(ValueError, match="no we0nb tables"):
+            sessions_df(f"sqlite:///{other}")
+    finally:
+        eng.dispose()
 
 
 def test_sync_url_mapping():
-    assert str(frames._sync_url("sqlite+aiosqlite:///x.db")) == "sqlite:///x.db"
-    assert frames._sync_url("postgresql://u@h/db").drivername == "postgresql+psycopg"
-    assert frames._sync_url("postgresql+asyncpg://u@h/db").drivername == "postgresql+psycopg"
-    assert frames._sync_url("postgresql+psycopg_async://u@h/db").drivername == "postgresql+psycopg"
-    assert frames._sync_url("sqlite:///x.db").drivername == "sqlite"
+    assert str(sources.sync_url("sqlite+aiosqlite:///x.db")) == "sqlite:///x.db"
+    assert sources.sync_url("postgresql://u@h/db").drivername == "postgresql+psycopg"
+    assert sources.sync_url("postgresql+asyncpg://u@h/db").drivername == "postgresql+psycopg"
+    assert sources.sync_url("postgresql+psycopg_async://u@h/db").drivername == "postgresql+psycopg"
+    assert sources.sync_url("sqlite:///x.db").drivername == "sqlite"
 
 
-# --------------------------------------------------------------------------- SQLite: two connections
-# An unfiltered parts/tool-calls view on a SQLite file reads its text columns on a helper
-# connection (packed by SQLite, split by Arrow) while the calling thread fetches the rest;
-# every way out of that path must give the same frame as the row-by-row read.
-
-
-def _spy(monkeypatch, name):
-    calls = []
-    real = getattr(frames, name)
-
-    def spy(*args, **kwargs):
-        calls.append(args)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(frames, name, spy)
-    return calls
-
-
-SPLIT_VIEWS = {"parts": parts_df, "tool_calls": tool_calls_df}
-
-
-@pytest.mark.parametrize("view", list(SPLIT_VIEWS))
-def test_sqlite_file_reads_text_columns_on_a_helper(memory, sqlite_db, monkeypatch, view):
-    packed = _spy(monkeypatch, "_read_packed")
-    pd.testing.assert_frame_equal(SPLIT_VIEWS[view](sqlite_db), SPLIT_VIEWS[view](memory), check_exact=True)
-    assert len(packed) == 1
-    SPLIT_VIEWS[view](sqlite_db, "ses_a")  # a filtered view: one statement
-    assert len(packed) == 1
-
-
-def _force_commit_between(monkeypatch):
-    real = frames._one_snapshot
-    monkeypatch.setattr(frames, "_one_snapshot", lambda *a: (real(*a)[0], False))
-
-
-def _helper_fails(monkeypatch):
-    def boom(*a):
-        raise RuntimeError("helper failed")
-
-    monkeypatch.setattr(frames, "_read_packed", boom)
-
-
-def _tiny_blocks(monkeypatch):
-    monkeypatch.setattr(frames, "_BLOCK", 3)  # many blocks: the continuation after the last key
-
-
-def _blocks_over_sqlite_limit(monkeypatch):
-    """SQLite refuses a packed block longer than its length limit: smaller blocks are read."""
-    import sqlite3
-
-    monkeypatch.setattr(frames, "_BLOCK", 64)
-    monkeypatch.setattr(frames, "_MIN_BLOCK", 2)
-    real = frames._read_packed
-    refused = []
-
-    def limited(conn, block, names, nullable):
-        old = conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 600)  # > any one value, < a block of 37 ids
-        try:
-            try:
-                conn.execute(block(True, 64)[0]).fetchone()
-            except sqlite3.DataError:
-                refused.append(True)
-            return real(conn, block, names, nullable)
-        finally:
-            conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, old)
-
-    monkeypatch.setattr(frames, "_read_packed", limited)
-    return refused
-
-
-@pytest.mark.parametrize("view,way", [
-    (view, way) for view in SPLIT_VIEWS for way in ("commit_between", "helper_fails", "tiny_blocks", "over_limit")
-    # the tool calls' packed JSON members are shorter than the documents SQLite must read whole
-    if (view, way) != ("tool_calls", "over_limit")
-])
-def test_helper_fallbacks_give_the_same_frame(memory, sqlite_db, monkeypatch, view, way):
-    expected = SPLIT_VIEWS[view](memory)
-    rows = _spy(monkeypatch, "_fetch_rows")
-    refused = {"commit_between": _force_commit_between, "helper_fails": _helper_fails,
-               "tiny_blocks": _tiny_blocks, "over_limit": _blocks_over_sqlite_limit}[way](monkeypatch)
-    pd.testing.assert_frame_equal(SPLIT_VIEWS[view](sqlite_db), expected, check_exact=True)
-    names = {frozenset(args[1]) for args in rows}
-    text_cols = {"text"} if view == "parts" else {"input"}
-    read_row_by_row = any(text_cols <= n for n in names)
-    assert read_row_by_row == (way in ("commit_between", "helper_fails"))
-    if way == "over_limit":
-        assert refused == [True]
-
-
-def test_separator_inside_values_is_read_row_by_row(tmp_path, monkeypatch):
-    """A value holding the packing separator (or looking like an empty/NULL marker) survives."""
-    from we0nb import SqlPersistence
-
-    src = MemoryPersistence()
-
-    async def fill():
-        sid = "ses_sep"
-        await src.upsert_session(Session(id=sid, title="sep", time=SessionTime(created=OLD, updated=OLD)))
-        u = UserMessage(id="msg_0001", session_id=sid, time=MessageTime(created=OLD))
-        await src.upsert_message(u)
-        await src.upsert_parts([
-            TextPart(id="prt_0001", session_id=sid, message_id=u.id, text="a\x1fb\x1f"),
-            TextPart(id="prt_0002", session_id=sid, message_id=u.id, text=""),
-            TextPart(id="prt_0003", session_id=sid, message_id=u.id, text="."),
-            TextPart(id="prt_0004", session_id=sid, message_id=u.id, text="\x1f"),
-        ])
-
-    asyncio.run(fill())
-    sp = SqlPersistence(f"sqlite:///{tmp_path / 'sep.db'}")
-    asyncio.run(copy_history(src, sp))
-    rows = _spy(monkeypatch, "_fetch_rows")
-    got = parts_df(sp)
-    pd.testing.assert_frame_equal(got, parts_df(src), check_exact=True)
-    assert got["text"].tolist() == ["a\x1fb\x1f", "", ".", "\x1f"]
-    assert any("text" in args[1] for args in rows)  # the block came again row by row
-
-
-def test_in_memory_sqlite_reads_one_statement(memory, monkeypatch):
-    """Two connections would not reach the same in-memory database: no helper there."""
+def test_in_memory_sqlite_persistence(memory):
     from we0nb import SqlPersistence
 
     sp = SqlPersistence("sqlite://")
-    asyncio.run(copy_history(memory, sp))
-    packed = _spy(monkeypatch, "_read_packed")
-    for fn in SPLIT_VIEWS.values():
-        pd.testing.assert_frame_equal(fn(sp), fn(memory), check_exact=True)
-    assert packed == []
+    try:
+        asyncio.run(copy_history(memory, sp))
+        for fn in VIEWS.values():
+            pd.testing.assert_frame_equal(fn(sp), fn(memory), check_exact=True)
+    finally:
+        asyncio.run(sp.close())
+
+
+def test_async_engine_input(memory, sqlite_db):
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    eng = create_async_engine(sqlite_db.url.replace("sqlite://", "sqlite+aiosqlite://"))
+    try:
+        pd.testing.assert_frame_equal(tool_calls_df(eng), tool_calls_df(memory), check_exact=True)
+    finally:
+        asyncio.run(eng.dispose())
 
 
 @pytest.mark.parametrize("chunk", [None, 2])
 def test_categories_outside_the_fixed_ones_from_sqlite(memory, tmp_path, monkeypatch, chunk):
-    """SQLite sends fixed categories as codes; any other stored value still comes through
-    (also when some fetched chunks hold only codes and others a string)."""
+    """A stored value outside the fixed categories becomes a category of its own (the fixed
+    ones first), also when it arrives in one fetched chunk and not in the others."""
     if chunk is not None:
-        monkeypatch.setattr(frames, "_CHUNK", chunk)
+        monkeypatch.setattr(columns, "_CHUNK", chunk)
     import sqlite3
 
     from we0nb import SqlPersistence
@@ -762,20 +670,351 @@ def test_categories_outside_the_fixed_ones_from_sqlite(memory, tmp_path, monkeyp
     path = tmp_path / "odd.db"
     sp = SqlPersistence(f"sqlite:///{path}")
     asyncio.run(copy_history(memory, sp))
+    asyncio.run(sp.close())
     calls = tool_calls_df(memory)
     part, other = calls["part_id"].iloc[0], calls["part_id"].iloc[1]
     text_part = parts_df(memory).query("type == 'text'")["part_id"].iloc[0]
-    with sqlite3.connect(path) as c:
+    with contextlib.closing(sqlite3.connect(path)) as c, c:
         c.execute("UPDATE we0_parts SET status = 'zzz', interrupt_reason = '7' WHERE id = ?", (part,))
         c.execute("UPDATE we0_parts SET status = '2', interrupt_reason = NULL WHERE id = ?", (other,))
         c.execute("UPDATE we0_parts SET type = '0' WHERE id = ?", (text_part,))
-    for sid in (None, list(set(calls["session_id"]))):  # unfiltered (two connections) and filtered
-        got = tool_calls_df(sp, sid).set_index("part_id")
+    url = f"sqlite:///{path}"
+    for sid in (None, list(set(calls["session_id"]))):
+        got = tool_calls_df(url, sid).set_index("part_id")
         assert got.loc[part, "status"] == "zzz" and got.loc[part, "interrupt_reason"] == "7"
         assert got.loc[other, "status"] == "2" and pd.isna(got.loc[other, "interrupt_reason"])
-        assert list(got["status"].cat.categories) == [*frames.STATUSES, "2", "zzz"]
-        assert list(got["interrupt_reason"].cat.categories) == [*frames.INTERRUPT_REASONS, "7"]
-        parts = parts_df(sp, sid).set_index("part_id")
+        assert pd.isna(got.loc[part, "outcome"])  # not a status we know to be finished
+        assert list(got["status"].cat.categories) == [*frame_types.STATUSES, "2", "zzz"]
+        assert list(got["interrupt_reason"].cat.categories) == [*frame_types.INTERRUPT_REASONS, "7"]
+        parts = parts_df(url, sid).set_index("part_id")
         assert parts.loc[text_part, "type"] == "0"
-        assert list(parts["type"].cat.categories) == [*frames.PART_TYPES, "0"]
+        assert list(parts["type"].cat.categories) == [*frame_types.PART_TYPES, "0"]
         assert parts["status"].isna().sum() == parts_df(memory, sid)["status"].isna().sum()
+
+
+# --------------------------------------------------------------------------- tool calls: order and outcome
+
+
+def test_tool_calls_columns_read_first_ids_last(memory):
+    cols = list(tool_calls_df(memory).columns)
+    assert cols[:7] == ["tool", "status", "outcome", "input", "output", "error", "duration"]
+    assert cols[-5:] == ["session_id", "order", "message_id", "part_id", "call_id"]
+    assert cols.index("start") < cols.index("session_id")
+    assert list(parts_df(memory).columns)[:3] == ["session_id", "message_id", "part_id"]  # the others: ids first
+
+
+def _states_session(p) -> None:
+    """One call in each state and with each flag, written by hand."""
+    from we0nb.messages import ToolPart, ToolStateCompleted, ToolStateError, ToolStatePending, ToolStateRunning, ToolTime
+
+    sid, t = "ses_states", OLD + 100
+    tt = ToolTime(start=t, end=t + 1)
+    states = {
+        "kept": ToolStateCompleted(output="ok", time=tt),
+        "failed": ToolStateError(error="boom", time=tt),
+        "recalled": ToolStateCompleted(output="again", metadata={"recalled": True}, time=tt),
+        "recalled_failed": ToolStateError(error="again failed", metadata={"recalled": True}, time=tt),
+        "interrupted": ToolStateError(error="Interrupted", metadata={"interrupted": True, "reason": "resume"},
+                                      time=ToolTime(end=t)),
+        "pending": ToolStatePending(),
+        "running": ToolStateRunning(time=ToolTime(start=t)),
+        "running_recall": ToolStateRunning(time=ToolTime(start=t)),
+    }
+
+    async def go():
+        await p.upsert_session(Session(id=sid, title="states", time=SessionTime(created=t, updated=t)))
+        a = AssistantMessage(id="msg_s1", session_id=sid, parent_id="msg_s0", model_id="m", time=MessageTime(created=t))
+        await p.upsert_message(a)
+        await p.upsert_parts([ToolPart(id=f"prt_s{i}", session_id=sid, message_id=a.id, call_id=f"c{i}", tool=name,
+                                       state=st) for i, (name, st) in enumerate(states.items())])
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("where", ["memory", "sqlite"])
+def test_outcome_keep_recall_interrupt_and_na_while_unfinished(where, tmp_path):
+    from we0nb import SqlPersistence
+
+    p = MemoryPersistence()
+    _states_session(p)
+    if where == "sqlite":
+        sp = SqlPersistence(f"sqlite:///{tmp_path / 'states.db'}")
+        asyncio.run(copy_history(p, sp))
+        asyncio.run(sp.close())
+        p = f"sqlite:///{tmp_path / 'states.db'}"
+    calls = tool_calls_df(p).set_index("tool")
+    got = {k: (None if pd.isna(v) else v) for k, v in calls["outcome"].astype(object).items()}
+    assert got == {"kept": "keep", "failed": "keep", "recalled": "recall", "recalled_failed": "recall",
+                   "interrupted": "interrupt", "pending": None, "running": None, "running_recall": None}
+    assert list(calls["outcome"].cat.categories) == ["keep", "recall", "interrupt"]
+
+
+def test_outcome_of_the_scripted_runs(backend):
+    calls = tool_calls_df(backend)
+    by = {(r.session_id, r.tool): r.outcome for r in calls.itertuples()}
+    assert by[("ses_b", "slow_read")] == "recall" and by[("ses_b", "send")] == "interrupt"
+    assert by[("ses_c", "strict")] == "keep" and by[("ses_c", "lookup")] == "interrupt"
+    assert by[("ses_a", "boom")] == "keep" and by[("ses_d", "slow_read")] == "interrupt"
+
+
+# --------------------------------------------------------------------------- NUL characters
+
+
+NUL = {"title": "ti\x00tle", "user": "a\x00b", "reasoning": "r\x00", "text": "\x00lead", "error": "err\x00or",
+       "input": {"q": "x\x00y"}, "output": "o\x00ut", "tool_error": "e\x00rr", "meta": {"note": "m\x00d"},
+       "summary": "s\x00um"}
+
+
+def _nul_history() -> MemoryPersistence:
+    """Every free-text value a frame shows, holding a NUL character."""
+    from we0nb.messages import MessageError, ReasoningPart, ToolPart, ToolStateCompleted, ToolStateError, ToolTime
+
+    p, sid, t = MemoryPersistence(), "ses_nul", OLD + 200
+
+    async def go():
+        await p.upsert_session(Session(id=sid, title=NUL["title"], time=SessionTime(created=t, updated=t + 5)))
+        u = UserMessage(id="msg_n0", session_id=sid, time=MessageTime(created=t))
+        await p.upsert_message(u)
+        await p.upsert_part(TextPart(id="prt_n0", session_id=sid, message_id=u.id, text=NUL["user"]))
+        a = AssistantMessage(id="msg_n1", session_id=sid, parent_id=u.id, model_id="m", summary=True,
+                             time=MessageTime(created=t + 1, completed=t + 4),
+                             error=MessageError(reason="ModelError", message=NUL["error"]))
+        await p.upsert_message(a)
+        tt = ToolTime(start=t + 2, end=t + 3)
+        await p.upsert_parts([
+            ReasoningPart(id="prt_n1", session_id=sid, message_id=a.id, text=NUL["reasoning"]),
+            TextPart(id="prt_n2", session_id=sid, message_id=a.id, text=NUL["text"]),
+            ToolPart(id="prt_n3", session_id=sid, message_id=a.id, call_id="c1", tool="look",
+                     state=ToolStateCompleted(input=NUL["input"], output=NUL["output"], metadata=NUL["meta"], time=tt)),
+            ToolPart(id="prt_n4", session_id=sid, message_id=a.id, call_id="c2", tool="look",
+                     state=ToolStateError(input={}, error=NUL["tool_error"], time=tt)),
+            CompactionPart(id="prt_n5", session_id=sid, message_id=a.id, summary=NUL["summary"], time=t + 4),
+            TextPart(id="prt_n6", session_id=sid, message_id=a.id, text="plain"),
+        ])
+
+    asyncio.run(go())
+    return p
+
+
+def _write_rows(engine, src: MemoryPersistence) -> None:
+    """Rows as SqlPersistence lays them out, but with the flat text columns stripped of NUL (as a
+    NUL-safe flattening for PostgreSQL may store them): the frames must read the document."""
+    from we0nb.persistence.sql import tables as S
+
+    def flat(row):
+        return {k: v.replace("\x00", "") if isinstance(v, str) else v for k, v in row.items()}
+
+    async def rows():
+        out = []
+        for s in await src.list_sessions():
+            out.append((S.sessions, flat({"id": s.id, "title": s.title, "created": s.time.created,
+                                          "updated": s.time.updated, "revert_message_id": None}) | {
+                "data": s.model_dump_json()}))
+            for m in (await src.load_transcript(s.id)).messages:
+                out.append((S.messages, flat(S.message_columns(m.info)) | {"data": m.info.model_dump_json()}))
+                out += [(S.parts, flat(S.part_columns(pt)) | {"data": pt.model_dump_json()}) for pt in m.parts]
+        return out
+
+    with engine.begin() as conn:
+        for table, row in asyncio.run(rows()):
+            conn.execute(table.insert().values(**row))
+
+
+@pytest.fixture
+def pg_schema():
+    if PG_URL is None:
+        pytest.skip(PG_SKIP)
+    from we0nb import SqlPersistence
+
+    schema = f"we0frames_{uuid.uuid4().hex[:10]}"
+    sp = SqlPersistence(PG_URL, schema=schema)
+    try:
+        yield sp
+    finally:
+        asyncio.run(sp.close())
+        _pg_admin(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.mark.parametrize("where", ["sqlite_store", "sqlite_rows", "postgres_rows"])
+def test_nul_characters_read_whole_on_every_backend(where, tmp_path, request):
+    from we0nb import SqlPersistence
+
+    src = _nul_history()
+    if where == "sqlite_store":  # written by SqlPersistence itself
+        store = SqlPersistence(f"sqlite:///{tmp_path / 'nul.db'}")
+        asyncio.run(copy_history(src, store))
+    elif where == "sqlite_rows":
+        store = SqlPersistence(f"sqlite:///{tmp_path / 'nul.db'}")
+        _write_rows(store.sync_engine(), src)
+    else:
+        store = request.getfixturevalue("pg_schema")
+        _write_rows(store.sync_engine(), src)
+    try:
+        for name, fn in VIEWS.items():
+            pd.testing.assert_frame_equal(fn(store), fn(src), check_exact=True, obj=name)
+        pd.testing.assert_frame_equal(session_summary(store), session_summary(src), check_exact=True)
+    finally:
+        if where != "postgres_rows":
+            asyncio.run(store.close())
+    texts = parts_df(src)["text"].dropna().tolist()
+    assert [NUL["user"], NUL["reasoning"], NUL["text"]] == texts[:3] and NUL["summary"] in texts
+    calls = tool_calls_df(src)
+    assert calls["output"].iloc[0] == NUL["output"] and calls["error"].iloc[1] == NUL["tool_error"]
+    assert json.loads(calls["input"].iloc[0]) == NUL["input"] and json.loads(calls["metadata"].iloc[0]) == NUL["meta"]
+    assert sessions_df(src)["title"].iloc[0] == NUL["title"]
+    assert messages_df(src)["error_message"].iloc[1] == NUL["error"]
+
+
+# --------------------------------------------------------------------------- corrupt rows
+
+
+def _corrupt(engine, part_ids: list[str]) -> None:
+    import sqlalchemy as sa
+
+    from we0nb.persistence.sql import tables as S
+
+    with engine.begin() as conn:
+        conn.execute(sa.update(S.parts).where(S.parts.c.id.in_(part_ids)).values(data='{"id": "broken'))
+        conn.execute(sa.update(S.messages).values(data="not json"))  # never needed by the frames
+
+
+@pytest.mark.parametrize("where", ["sqlite", "postgres"])
+def test_a_corrupt_row_is_named_and_the_rest_is_read(where, memory, tmp_path, request):
+    from we0nb import SqlPersistence
+
+    if where == "sqlite":
+        store = SqlPersistence(f"sqlite:///{tmp_path / 'corrupt.db'}")
+    else:
+        store = request.getfixturevalue("pg_schema")
+    asyncio.run(copy_history(memory, store))
+    parts, calls = parts_df(memory), tool_calls_df(memory)
+    text_id = parts.loc[parts["text"] == "Hello wörld 🌍", "part_id"].iloc[0]
+    call = calls[calls["tool"] == "lookup"].iloc[0]
+    _corrupt(store.sync_engine(), [text_id, call["part_id"]])
+    try:
+        with pytest.warns(RuntimeWarning) as got:
+            p2 = parts_df(store)
+        (w,) = got
+        msg = str(w.message)
+        assert "parts_df: 1 corrupt record in" in msg and repr(text_id) in msg and "'ses_a'" in msg
+        assert repr(parts.loc[parts["part_id"] == text_id, "message_id"].iloc[0]) in msg
+        assert "we0_parts: its JSON does not parse" in msg and w.filename == __file__
+        expected = parts.copy()
+        expected.loc[expected["part_id"] == text_id, "text"] = pd.NA
+        pd.testing.assert_frame_equal(p2, expected, check_exact=True)
+
+        with pytest.warns(RuntimeWarning, match=f"tool_calls_df: 1 corrupt record in .*{call['part_id']}"):
+            c2 = tool_calls_df(store)
+        expected = calls.copy()
+        for col in ("input", "output", "error", "metadata"):
+            expected.loc[expected["part_id"] == call["part_id"], col] = pd.NA
+        pd.testing.assert_frame_equal(c2, expected, check_exact=True)
+        with pytest.warns(RuntimeWarning):
+            pd.testing.assert_frame_equal(session_summary(store), session_summary(memory), check_exact=True)
+        # the database reads only what holds no document: no warning
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            pd.testing.assert_frame_equal(messages_df(store), messages_df(memory), check_exact=True)
+            pd.testing.assert_frame_equal(tool_calls_df(store, "ses_b"), tool_calls_df(memory, "ses_b"))
+    finally:
+        if where == "sqlite":
+            asyncio.run(store.close())
+
+
+# --------------------------------------------------------------------------- databases that cannot be read
+
+
+def _engine_error(url: str) -> str:
+    """What SqlPersistence itself raises on ``url`` (the wording the frames must match)."""
+    from we0nb import PersistenceError, SqlPersistence
+
+    sp = SqlPersistence(url)
+    try:
+        with pytest.raises(PersistenceError) as e:
+            asyncio.run(sp.list_sessions())
+        return str(e.value)
+    finally:
+        asyncio.run(sp.close())
+
+
+def test_unreadable_sqlite_files_raise_the_engines_persistence_error(tmp_path):
+    import sqlalchemy as sa
+
+    from we0nb import PersistenceError, SqlPersistence
+
+    notdb = tmp_path / "notes.db"
+    notdb.write_text("these are notes, not a database\n" * 200)
+    cases = {
+        "not a database": f"sqlite:///{notdb}",
+        "a folder": f"sqlite:///{tmp_path}",
+        "missing folder": f"sqlite:///{tmp_path / 'nowhere' / 'x.db'}",
+    }
+    for cause, url in cases.items():
+        expected = _engine_error(url)
+        for source in (url, SqlPersistence(url)):
+            with pytest.raises(PersistenceError) as e:
+                tool_calls_df(source)
+            assert str(e.value) == expected, cause
+            if cause != "missing folder":
+                assert isinstance(e.value.__cause__, (sqlite3.Error, sa.exc.DBAPIError)), cause
+            if not isinstance(source, str):
+                asyncio.run(source.close())
+    eng = sa.create_engine(f"sqlite:///{notdb}")
+    try:
+        with pytest.raises(PersistenceError, match="file is not a database"):
+            sessions_df(eng)
+    finally:
+        eng.dispose()
+
+
+def test_a_missing_sqlite_file_is_refused_never_created(tmp_path):
+    from we0nb import PersistenceError
+
+    missing = tmp_path / "missing.db"
+    for url in (f"sqlite:///{missing}", f"sqlite:///file:{missing}?mode=ro&uri=true",
+                f"sqlite+aiosqlite:///{missing}"):
+        with pytest.raises(PersistenceError, match=f"Cannot open the SQLite database .*there is no file '{missing}'"):
+            parts_df(url)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_database_is_read(sqlite_db, memory, tmp_path):
+    """``mode=ro`` opens the file read-only whoever runs the test (root too): reading needs no write."""
+    from we0nb import PersistenceError, SqlPersistence
+
+    path = make_url(sqlite_db.url).database
+    ro = f"sqlite:///file:{path}?mode=ro&uri=true"
+    ro_store = SqlPersistence(ro)
+    try:
+        for fn in VIEWS.values():
+            pd.testing.assert_frame_equal(fn(ro), fn(memory), check_exact=True)
+            pd.testing.assert_frame_equal(fn(ro_store), fn(memory), check_exact=True)
+    finally:
+        asyncio.run(ro_store.close())
+    empty = tmp_path / "empty.db"  # a database file without tables: SqlPersistence must write to use it
+    empty.touch()
+    ro_empty = f"sqlite:///file:{empty}?mode=ro&uri=true"
+    expected = _engine_error(ro_empty)
+    assert "read-only" in expected
+    store = SqlPersistence(ro_empty)
+    try:
+        with pytest.raises(PersistenceError) as e:
+            sessions_df(store)
+        assert str(e.value) == expected and e.value.__cause__ is not None
+    finally:
+        asyncio.run(store.close())
+    with pytest.raises(ValueError, match="no we0nb tables"):
+        sessions_df(ro_empty)  # a URL is read as it is: nothing to read there
+
+
+def test_postgres_connection_failure_is_a_persistence_error():
+    if PG_URL is None:
+        pytest.skip(PG_SKIP)
+    from we0nb import PersistenceError
+
+    url = make_url(PG_URL).set(database=f"we0nb_missing_{uuid.uuid4().hex[:8]}", password="s3cret")
+    with pytest.raises(PersistenceError, match="Cannot open the PostgreSQL database") as e:
+        tool_calls_df(url.render_as_string(hide_password=False))
+    assert "s3cret" not in str(e.value) and e.value.__cause__ is not None

@@ -81,8 +81,8 @@ def test_abort_and_resume_with_real_clicks(kernel):
     # the live view went out as one display_data plus coalesced update_display_data messages
     disp = kernel.display_messages()
     ids = {m["content"].get("transient", {}).get("display_id") for m in disp
-           if m["msg_type"] == "update_display_data"}
-    assert len(ids) == 1
+           if m["msg_type"] == "update_display_data" and "we0-live" in m["content"]["data"].get("text/html", "")}
+    assert len(ids) == 1  # (the widgets' display is updated too, once the run ended: see test_saved_state)
     print("click handled on", threads)
 
 
@@ -160,3 +160,45 @@ def test_abort_while_the_next_cell_awaits_the_panel(kernel, channel):
     assert r["reply"]["status"] == "ok"
     assert r["stdout"].strip() == "joined aborted None"
     assert kernel.eval("panel.last_abort_latency") < 0.5
+
+
+def test_saved_notebook_shows_how_the_run_ended(tmp_path):
+    """Executed and saved by nbclient (as the tutorials are): the widget state and the widgets'
+    plain-text fallback say "finished", Abort is disabled — not the state at the cell's end."""
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from we0nb import We0Agent, ScriptedModel, text\nfrom we0nb.notebook import RunPanel\n"
+        "panel = RunPanel(We0Agent(ScriptedModel([[text(['w '] * 100)]], delay=0.01)), session_id='ses_saved')\n"
+        "panel.start('hi')"),
+        nbformat.v4.new_code_cell("r = await panel.wait()")]
+    NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    by_class = {}
+    for model in state.values():
+        for cls in model["state"].get("_dom_classes", []):
+            by_class[cls] = model["state"]
+    assert "status: finished" in by_class["we0-status"]["value"]
+    assert by_class["we0-abort"]["disabled"] is True and by_class["we0-resume"]["disabled"] is True
+    plain = [o["data"]["text/plain"] for o in nb.cells[0].outputs if "application/vnd.jupyter.widget-view+json"
+             in o.get("data", {})]
+    assert plain and plain[0].startswith("status: finished · session ses_saved"), plain
+    html = [o["data"]["text/html"] for o in nb.cells[0].outputs if "we0-live" in o.get("data", {}).get("text/html", "")]
+    assert html and "data-status='finished'" in html[0]
+
+
+def test_two_we0_cells_in_a_row_queue_and_we0_h_prints_usage(kernel):
+    kernel.run("from we0nb import We0Agent, ScriptedModel, text\n"
+               "agent = We0Agent(ScriptedModel([[text(['a '] * 200)], [text('second reply')]], delay=0.005))\n"
+               "%load_ext we0nb")
+    # Run All: both cells are sent at once; the second waits for the first instead of failing
+    first = kernel.submit("%%we0 --session ses_two\nfirst")
+    second = kernel.submit("%%we0\nsecond")
+    joined = kernel.submit("r = await we0_panel.wait(); t = await agent.transcript('ses_two')")
+    for msg_id in (first, second, joined):
+        assert kernel.result(msg_id)["reply"]["status"] == "ok"
+    assert kernel.eval("[m.text for m in t.messages]") == ["first", "a " * 200, "second", "second reply"]
+    out = kernel.run("%we0 -h")["stdout"]
+    assert "--session" in out and "--resume" in out and "waits for it" in out

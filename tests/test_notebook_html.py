@@ -83,7 +83,7 @@ async def test_transcript_reads_like_a_chat():
     assert html.count("we0-turn we0-user") == 1
     assert html.count("we0-turn we0-assistant") == 2
     assert "<details class='we0-reasoning'" in html
-    assert "<table class='we0-tools'>" in html
+    assert "<table class='we0-tools' style=" in html  # inline styles: readable when sanitised
     assert "we0-s-completed" in html and "we0-s-error" in html
     assert esc("<b>" + XSS + "</b>") in html  # the tool output, escaped
     assert "RuntimeError" in html

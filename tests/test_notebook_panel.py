@@ -108,3 +108,69 @@ def test_panel_needs_a_loop():
         panel.start("x")
     with pytest.raises(TypeError):
         RunPanel(object())
+
+
+async def test_panels_on_one_session_queue_and_the_older_one_is_superseded():
+    agent = _agent(n=400, delay=0.002)
+    first = RunPanel(agent, session_id="ses_q", display=lambda b: Handle())
+    first.start("one")
+    second = RunPanel(agent, session_id="ses_q", display=lambda b: Handle())
+    second.start("two")  # does not fail with SessionBusyError: it waits for the first run
+    assert "queued" in second.status_label.value
+    assert (await first.wait()).text.startswith("w0 w1")
+    result = await second.wait()
+    assert result.text == "Resumed and finished."
+    t = await agent.transcript("ses_q")
+    assert [m.info.role for m in t.messages] == ["user", "assistant", "user", "assistant"]
+    # the older panel's Resume would act on a stale view: disabled, and the status says why
+    assert first.resume_button.disabled and "a newer panel runs this session" in first.status_label.value
+
+
+async def test_resume_reads_the_store_first_and_the_delta_count_is_per_run():
+    agent = _agent(n=2000, delay=0.002)
+    panel = RunPanel(agent, session_id="ses_r", display=lambda b: Handle())
+    panel.start("x")
+    await _until(lambda: panel.view.delta_count > 20)
+    panel.abort()
+    await panel.wait()
+    prompt_deltas = panel.view.delta_count
+    assert prompt_deltas > 20
+    # after the abort the view shows the store: the unfinished message, its partial text persisted
+    html = panel.view.bundle(final=True)["text/html"]
+    assert "we0-s-unfinished" in html and "calls cut at the abort stay as they were stored" in html
+    panel.resume()
+    assert (await panel.wait()).text == "Resumed and finished."
+    assert panel.view.delta_count == 3  # "Resumed and finished." streams as 3 words: this run's count only
+    # a resume of a session whose turn is over runs nothing, says so, and keeps the table as stored
+    panel.resume()
+    assert await panel.wait() is None
+    assert panel.status == "finished" and "nothing to resume" in panel.status_label.value
+    t = await agent.transcript("ses_r")
+    assert len(t.messages) == 3
+
+
+async def test_a_long_error_wraps_instead_of_squeezing_the_buttons():
+    agent = We0Agent(ScriptedModel([[text("only one step")]]))
+    panel = RunPanel(agent, display=lambda b: Handle())
+    panel.start("one")
+    await panel.wait()
+    panel.start("two")
+    with pytest.raises(Exception):
+        await panel.wait()
+    assert panel.status == "failed"
+    assert panel.abort_button.layout.flex == "0 0 auto" and panel.resume_button.layout.flex == "0 0 auto"
+    assert panel.status_label.layout.min_width == "0" and "white-space:normal" in panel.status_label.value
+    assert ".." not in panel.status_label.value.replace("...", "")
+
+
+async def test_a_wrapped_model_error_reads_without_a_double_period():
+    from we0nb import FunctionModel
+
+    def boom(request):
+        raise RuntimeError("the server went away.")
+
+    panel = RunPanel(We0Agent(FunctionModel(boom)), display=lambda b: Handle())
+    panel.start("hi")
+    with pytest.raises(Exception, match="went away. The partial output is persisted"):
+        await panel.wait()
+    assert "away.. " not in panel.status_label.value and "went away. The partial" in panel.status_label.value

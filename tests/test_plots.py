@@ -155,3 +155,41 @@ def test_plots_same_on_sqlite(memory, tmp_path):
         for ax_a, ax_b in zip(a.axes, b.axes):
             geo = lambda ax: [(r.get_x(), r.get_y(), r.get_width(), r.get_facecolor()) for r in _bars(ax)]  # noqa: E731
             assert geo(ax_a) == geo(ax_b)
+
+
+def _contrast(a, b) -> float:
+    def lum(c):
+        r, g, b_ = (x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in to_rgba(c)[:3])
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b_
+    hi, lo = sorted((lum(a), lum(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+@pytest.mark.parametrize("plot", ["timeline", "tools"])
+def test_plots_read_on_light_and_dark_themes(memory, plot):
+    """A transparent figure with mid-grey ink: the notebook's own background shows through."""
+    import io
+
+    from PIL import Image
+
+    from we0nb.notebook.plots import INK
+
+    fig = plot_timeline(memory, "ses_b") if plot == "timeline" else plot_tools(memory)
+    ax = fig.axes[0]
+    assert to_rgba(fig.get_facecolor())[3] == 0 and to_rgba(ax.get_facecolor())[3] == 0
+    assert to_rgba(ax.title.get_color()) == to_rgba(INK)
+    assert all(to_rgba(t.get_color()) == to_rgba(INK) for t in ax.get_yticklabels())
+    for background in ("#ffffff", "#111111", "#212121"):  # JupyterLab Light and Dark layout colours
+        assert _contrast(INK, background) >= 3.5, background
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", facecolor=fig.get_facecolor())  # what IPython's inline display does
+    img = Image.open(io.BytesIO(buf.getvalue())).convert("RGBA")
+    assert img.getpixel((1, 1))[3] == 0  # the corner is transparent
+
+
+def test_theme_none_keeps_the_users_style(memory):
+    with plt.style.context("dark_background"):
+        fig = plot_timeline(memory, "ses_b", theme=None)
+    assert to_rgba(fig.get_facecolor()) == to_rgba("black")
+    with pytest.raises(ValueError, match="theme"):
+        plot_tools(memory, theme="dark")

@@ -88,7 +88,7 @@ class ModelError(We0Error):
         self.cause = cause
         super().__init__(
             f"The model failed in session {session_id!r} (assistant message {message_id!r}): "
-            f"{type(cause).__name__}: {cause}. The partial output is persisted; "
+            f"{type(cause).__name__}: {str(cause).rstrip('.')}. The partial output is persisted; "
             "run again with mode='resume' to continue the turn."
         )
 

@@ -1,8 +1,8 @@
 """Batches as DataFrames: ``batches_df(p)`` (one row per batch) and ``batch_df(p, name)``.
 
 ``p`` is what the other frames take: an agent, a persistence, a SQLAlchemy Engine or a
-database URL. A SQL database is read through a synchronous connection (a read-only look:
-nothing is created); a MemoryPersistence through its port. ``batch_df`` has the columns of
+database URL (opened as :mod:`we0nb.persistence.sql.columns` opens it: nothing created). A
+SQL database is read through a synchronous connection; a MemoryPersistence through its port. ``batch_df`` has the columns of
 ``BatchResult.df`` (see :mod:`we0nb.batch.result`); ``sessions_df(p, batch=name)`` keeps the
 sessions of one batch, and the other frames join them on ``session_id``.
 """
@@ -73,29 +73,14 @@ def _sql() -> Any:
 
 
 def _read(p: Any, port: Callable[[Any], Any], sql: Callable[[Any], Any]) -> Any:
-    """Read from ``p``: a SQL database through a synchronous connection (an engine of its own
-    for a URL, read-only), any other persistence through its port."""
-    from ..persistence.base import Persistence
+    """Read from ``p`` as the other frames do: a SQL database through a synchronous connection
+    (:func:`~we0nb.persistence.sql.columns.open_reader`: a URL read-only, nothing created), any
+    other persistence through its port."""
+    from ..persistence.sql.columns import open_reader, persistence_of
 
-    if not isinstance(p, (Persistence, str)) and isinstance(getattr(p, "persistence", None), Persistence):
-        p = p.persistence  # a We0Agent
-    if isinstance(p, Persistence):
-        make = getattr(p, "sync_engine", None)
-        if not callable(make):
-            return run_sync(lambda: port(p))
-        with make().connect() as conn:
-            return sql(conn)
-    import sqlalchemy as sa
-
-    if isinstance(p, sa.engine.Engine):
-        with p.connect() as conn:
-            return sql(conn)
-    if isinstance(p, (str, sa.engine.URL)):
-        engine = _sql().readonly_engine(p)
-        try:
-            with engine.connect() as conn:
-                return sql(conn)
-        finally:
-            engine.dispose()
-    raise TypeError("Expected a We0Agent, a persistence (MemoryPersistence, SqlPersistence), a SQLAlchemy "
-                    f"Engine or a database URL, got {type(p).__name__}.")
+    reader = open_reader(p)
+    if reader is None:
+        store = persistence_of(p)
+        return run_sync(lambda: port(store))
+    with reader, reader.engine.connect() as conn:
+        return sql(conn)

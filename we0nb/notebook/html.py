@@ -7,6 +7,10 @@ tool (text, reasoning, tool input/output/error, ids, titles) is HTML-escaped.
 Styles use JupyterLab's CSS variables (with fallbacks), so the light and dark themes
 both read well; the ``<style>`` block is scoped by the ``we0-`` class prefix and is
 emitted once per top-level render, so every saved output is self-contained.
+
+A notebook opened untrusted (a fresh clone, Binder) has its HTML sanitised, so every
+element also carries an inline style that survives it (:mod:`we0nb.notebook.styles`), and
+words never rely on CSS to be apart.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import html as _html
 import json
 import re
 from typing import Any, Iterable, Optional, Sequence
+
+from .styles import CSS, INLINE, STYLE, inline_styles  # CSS, INLINE and inline_styles are re-exported
 
 __all__ = [
     "esc",
@@ -27,6 +33,9 @@ __all__ = [
     "messages_html",
     "tool_table_html",
     "status_badge",
+    "outcome_badge",
+    "inline_styles",
+    "INLINE",
 ]
 
 MAX_CELL = 2000          # characters of a tool input/output shown before "… more"
@@ -36,47 +45,6 @@ PLAIN_TEXT_LIMIT = 400   # characters of a message text in the plain summary of 
 def esc(value: Any) -> str:
     """Escape anything for HTML text and attribute context (quotes included)."""
     return _html.escape("" if value is None else str(value), quote=True)
-
-
-CSS = """
-.we0{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:var(--jp-ui-font-size1,13px);
-color:var(--jp-ui-font-color1,#212121);background:var(--jp-layout-color1,transparent);line-height:1.45;max-width:100%}
-.we0 .we0-head{display:flex;flex-wrap:wrap;gap:.6em;align-items:baseline;padding:.2em 0 .4em;
-border-bottom:1px solid var(--jp-border-color2,#e0e0e0);margin-bottom:.4em}
-.we0 .we0-title{font-weight:600}
-.we0 .we0-muted{color:var(--jp-ui-font-color2,#757575);font-size:var(--jp-ui-font-size0,11px)}
-.we0 code,.we0 .we0-mono{font-family:var(--jp-code-font-family,monospace);font-size:var(--jp-code-font-size,12px)}
-.we0 .we0-turn{border-left:3px solid var(--jp-border-color2,#e0e0e0);padding:.2em .6em;margin:.35em 0}
-.we0 .we0-user{border-left-color:var(--jp-brand-color1,#1976d2);background:var(--jp-layout-color2,rgba(127,127,127,.06))}
-.we0 .we0-assistant{border-left-color:var(--jp-success-color1,#388e3c)}
-.we0 .we0-role{font-weight:600;font-size:var(--jp-ui-font-size0,11px);text-transform:uppercase;letter-spacing:.04em;
-color:var(--jp-ui-font-color2,#616161);margin-right:.5em}
-.we0 .we0-text{white-space:pre-wrap;word-break:break-word;margin:.2em 0}
-.we0 details.we0-reasoning{margin:.2em 0;color:var(--jp-ui-font-color2,#616161)}
-.we0 details.we0-reasoning>summary{cursor:pointer;font-style:italic}
-.we0 .we0-reasoning .we0-text{border-left:2px dotted var(--jp-border-color1,#bdbdbd);padding-left:.5em}
-.we0 table.we0-tools{font-size:inherit;border-collapse:collapse;margin:.3em 0;width:100%;table-layout:auto}
-.we0 table.we0-tools th,.we0 table.we0-tools td{border:1px solid var(--jp-border-color2,#e0e0e0);padding:.15em .4em;
-text-align:left;vertical-align:top}
-.we0 table.we0-tools th{background:var(--jp-layout-color2,rgba(127,127,127,.08));font-weight:600}
-.we0 table.we0-tools td.we0-io{white-space:pre-wrap;word-break:break-word;max-width:40em}
-.we0 table.we0-kv td{padding:.05em .6em .05em 0;vertical-align:top}
-.we0 .we0-badge{display:inline-block;padding:0 .45em;border-radius:.7em;font-size:var(--jp-ui-font-size0,11px);
-font-weight:600;color:#fff;background:var(--jp-ui-font-color3,#9e9e9e);white-space:nowrap}
-.we0 .we0-s-pending{background:var(--jp-ui-font-color3,#9e9e9e)}
-.we0 .we0-s-running{background:var(--jp-brand-color1,#1976d2)}
-.we0 .we0-s-completed,.we0 .we0-s-finished,.we0 .we0-s-stop{background:var(--jp-success-color1,#388e3c)}
-.we0 .we0-s-error,.we0 .we0-s-failed{background:var(--jp-error-color1,#d32f2f)}
-.we0 .we0-s-interrupted,.we0 .we0-s-aborted,.we0 .we0-s-unfinished,.we0 .we0-s-compact{background:var(--jp-warn-color1,#f57c00)}
-.we0 .we0-s-idle{background:var(--jp-ui-font-color3,#9e9e9e)}
-.we0 .we0-err{color:var(--jp-error-color1,#d32f2f)}
-.we0 .we0-warn{color:var(--jp-warn-color1,#f57c00)}
-.we0 .we0-note{font-size:var(--jp-ui-font-size0,11px);color:var(--jp-ui-font-color2,#757575)}
-.we0 .we0-compaction{border:1px dashed var(--jp-border-color1,#bdbdbd);padding:.3em .5em;margin:.3em 0}
-.we0 .we0-cursor::after{content:"\\258D";color:var(--jp-brand-color1,#1976d2)}
-""".strip()
-
-STYLE = f"<style>{CSS}</style>"
 
 
 # --------------------------------------------------------------------------- small helpers
@@ -131,7 +99,7 @@ def status_badge(status: str, label: Optional[str] = None) -> str:
 def wrap(inner: str, *, extra_class: str = "") -> str:
     """A self-contained top-level fragment: the scoped style plus the content."""
     cls = f"we0 {extra_class}".strip()
-    return f"{STYLE}<div class='{esc(cls)}'>{inner}</div>"
+    return f"{STYLE}" + inline_styles(f"<div class='{esc(cls)}'>{inner}</div>")
 
 
 def _kv(rows: Iterable[tuple[str, str]]) -> str:
@@ -142,25 +110,34 @@ def _kv(rows: Iterable[tuple[str, str]]) -> str:
 # --------------------------------------------------------------------------- tool parts
 
 
-def _tool_status(part: Any) -> tuple[str, str]:
-    """(css status, label) of a ToolPart: interrupted errors get their own colour."""
-    st = part.state
-    status = getattr(st, "status", "pending")
-    meta = getattr(st, "metadata", None) or {}
-    if status == "error" and meta.get("interrupted"):
-        return "interrupted", f"interrupted ({meta.get('reason', '?')})"
+def _tool_status(part: Any, cut: bool = False) -> tuple[str, str]:
+    """(css status, label) of a ToolPart. ``cut``: the run was aborted, so an unfinished call
+    is shown as the store holds it: cut at the abort, to be decided by a resume."""
+    status = getattr(part.state, "status", "pending")
+    if part.interrupted:
+        return "interrupted", f"interrupted ({part.interrupt_reason or '?'})"
+    if cut and status in ("pending", "running"):
+        return "unfinished", f"{status} at abort"
     return status, status
 
 
-def _tool_notes(part: Any) -> list[str]:
-    st = part.state
-    meta = getattr(st, "metadata", None) or {}
-    notes = []
-    if meta.get("recalled"):
-        notes.append("recalled")
-    if meta.get("interrupted"):
-        notes.append(f"interrupted: {meta.get('reason', '?')}")
-    return notes
+_OUTCOME_LABELS = {"keep": "kept", "recall": "recalled"}
+
+
+def outcome_badge(outcome: str) -> str:
+    """What recovery did to a call, as a badge of the same size as "interrupted (…)": kept, recalled."""
+    return f"<span class='we0-badge we0-o-{esc(outcome)}'>{esc(_OUTCOME_LABELS.get(outcome, outcome))}</span>"
+
+
+def _outcome(part: Any, recovery: Optional[str], kept: bool) -> Optional[str]:
+    """What recovery did to the call (None when it did nothing), from the part's typed flags."""
+    if part.interrupted:
+        return None  # its status badge already says "interrupted (reason)", with the same weight
+    if part.recalled or recovery == "recall":
+        return "recall"
+    if recovery == "keep" or (kept and part.finished):
+        return "keep"
+    return None
 
 
 def _tool_input(part: Any) -> str:
@@ -202,32 +179,35 @@ def _attachments_html(state: Any) -> str:
     return f"<div class='we0-note'>{' '.join(shown)}</div>" if shown else ""
 
 
-def tool_row_html(part: Any, recovery: Optional[str] = None) -> str:
-    status, label = _tool_status(part)
+def tool_row_html(part: Any, recovery: Optional[str] = None, *, kept: bool = False, cut: bool = False) -> str:
+    status, label = _tool_status(part, cut)
     st = part.state
     t = getattr(st, "time", None)
     dur = _dur(getattr(t, "start", None), getattr(t, "end", None)) if t is not None else ""
     out, is_err = _tool_result(part)
-    notes = _tool_notes(part)
-    if recovery and recovery not in ("interrupt",) and f"{recovery}ed" not in notes:
-        notes.append(f"recovery: {recovery}")
     out_html = _clip_html(out)
     if is_err:
         out_html = f"<span class='{'we0-warn' if status == 'interrupted' else 'we0-err'}'>{out_html}</span>"
-    note_html = f"<div class='we0-note'>{esc(', '.join(notes))}</div>" if notes else ""
-    return (f"<tr data-status='{esc(status)}'><td><code>{esc(part.tool)}</code>"
-            f"<div class='we0-note we0-mono'>{esc(part.call_id)}</div></td>"
-            f"<td class='we0-io we0-mono'>{_clip_html(_tool_input(part))}</td>"
-            f"<td>{status_badge(status, label)}{note_html}</td>"
-            f"<td class='we0-muted'>{esc(dur)}</td>"
-            f"<td class='we0-io'>{out_html}{_attachments_html(st)}</td></tr>")
+    outcome = _outcome(part, recovery, kept)
+    badges = status_badge(status, label) + (" " + outcome_badge(outcome) if outcome else "")
+    note = ("<div class='we0-note'>resume decides: run again if read-only, else interrupted</div>"
+            if status == "unfinished" and cut else "")
+    shown = "interrupted" if part.interrupted else st.status  # as stored
+    return (f"<tr data-status='{esc(shown)}'><td class='we0-cell'><code>{esc(part.tool)}</code>"
+            f"<div class='we0-note we0-mono we0-id'>{esc(part.call_id)}</div></td>"
+            f"<td class='we0-cell we0-io we0-mono'>{_clip_html(_tool_input(part))}</td>"
+            f"<td class='we0-cell'>{badges}{note}</td>"
+            f"<td class='we0-cell we0-muted'>{esc(dur)}</td>"
+            f"<td class='we0-cell we0-io'>{out_html}{_attachments_html(st)}</td></tr>")
 
 
-def tool_table_html(parts: Sequence[Any], recovery: Optional[dict[str, str]] = None) -> str:
+def tool_table_html(parts: Sequence[Any], recovery: Optional[dict[str, str]] = None, *, kept: bool = False,
+                    cut: bool = False) -> str:
     recovery = recovery or {}
-    rows = "".join(tool_row_html(p, recovery.get(p.id)) for p in parts)
-    return ("<table class='we0-tools'><thead><tr><th>tool</th><th>input</th><th>status</th>"
-            f"<th>duration</th><th>output / error</th></tr></thead><tbody>{rows}</tbody></table>")
+    rows = "".join(tool_row_html(p, recovery.get(p.id), kept=kept, cut=cut) for p in parts)
+    head = "".join(f"<th class='we0-cell we0-th'>{h}</th>" for h in ("tool", "input", "status", "duration",
+                                                                   "output / error"))
+    return f"<table class='we0-tools'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
 # --------------------------------------------------------------------------- parts
@@ -257,14 +237,14 @@ def part_html(part: Any, *, streaming: bool = False) -> str:
 
 
 def _parts_html(parts: Sequence[Any], *, streaming_id: Optional[str] = None,
-                recovery: Optional[dict[str, str]] = None) -> str:
+                recovery: Optional[dict[str, str]] = None, kept: bool = False, cut: bool = False) -> str:
     """Parts in order; consecutive tool parts share one table; step markers are omitted."""
     out: list[str] = []
     tools: list[Any] = []
 
     def flush_tools() -> None:
         if tools:
-            out.append(tool_table_html(tools, recovery))
+            out.append(tool_table_html(tools, recovery, kept=kept, cut=cut))
             tools.clear()
 
     for p in parts:
@@ -311,18 +291,25 @@ def _message_error(info: Any) -> str:
     return f"<div class='{cls} we0-note'>{esc(err.reason)}: {esc(err.message)}{extra}</div>"
 
 
+def _closed_by_recovery(info: Any) -> bool:
+    err = getattr(info, "error", None)
+    return err is not None and bool((err.metadata or {}).get("recovered"))
+
+
 def message_html(info: Any, parts: Sequence[Any] = (), *, streaming_id: Optional[str] = None,
-                 recovery: Optional[dict[str, str]] = None, placeholder: bool = False) -> str:
+                 recovery: Optional[dict[str, str]] = None, placeholder: bool = False, cut: bool = False) -> str:
+    """One turn. ``cut``: the run showing it was aborted (unfinished calls say so)."""
     role = getattr(info, "role", "assistant") if info is not None else "assistant"
     if info is None:
-        head = "<span class='we0-role'>assistant</span><span class='we0-muted'>(earlier message)</span>"
+        head = "<span class='we0-role'>assistant</span> <span class='we0-muted'>(earlier message)</span>"
         err = ""
     else:
-        head = f"<span class='we0-role'>{esc(role)}</span>{_message_meta(info)}"
+        head = f"<span class='we0-role'>{esc(role)}</span> {_message_meta(info)}"
         err = _message_error(info)
     mid = f" data-message-id='{esc(info.id)}'" if info is not None else ""
     return (f"<div class='we0-turn we0-{esc(role)}'{mid}><div>{head}</div>"
-            f"{_parts_html(parts, streaming_id=streaming_id, recovery=recovery)}{err}</div>")
+            f"{_parts_html(parts, streaming_id=streaming_id, recovery=recovery, kept=_closed_by_recovery(info), cut=cut)}"
+            f"{err}</div>")
 
 
 def messages_html(messages: Sequence[Any], **kw: Any) -> str:
@@ -334,8 +321,9 @@ def _session_head(session: Any, n_messages: Optional[int] = None) -> str:
     count = f"<span class='we0-muted'>{n_messages} messages</span>" if n_messages is not None else ""
     revert = (f"<span class='we0-warn we0-note'>reverted at {esc(session.revert.message_id)}</span>"
               if session.revert is not None else "")
-    return (f"<div class='we0-head'><span class='we0-role'>session</span><code>{esc(session.id)}</code>{title}"
-            f"{count}<span class='we0-muted'>updated {esc(_ts(session.time.updated))}</span>{revert}</div>")
+    bits = ["<span class='we0-role'>session</span>", f"<code>{esc(session.id)}</code>", title, count,
+            f"<span class='we0-muted'>updated {esc(_ts(session.time.updated))}</span>", revert]
+    return f"<div class='we0-head'>{' '.join(b for b in bits if b)}</div>"
 
 
 # --------------------------------------------------------------------------- top-level HTML
@@ -414,7 +402,7 @@ def _tool_line(part: Any) -> str:
     out, is_err = _tool_result(part)
     # no duration here: the plain text stays deterministic (nbval compares it)
     tail = f" -> {_clip(out, 120)!r}" if out else ""
-    extra = " [recalled]" if (getattr(part.state, "metadata", None) or {}).get("recalled") else ""
+    extra = " [recalled]" if part.recalled else ""
     return f"tool {part.tool}({_clip(_tool_input(part), 120)}) {label}{extra}{tail}"
 
 

@@ -215,6 +215,7 @@ class LiveView:
         self.error = None
         self.result = None
         self.note = note
+        self.delta_count = 0  # per run: a resume does not carry the prompt run's count over
         self._started_at = self._clock()
         self._ended_at = None
         self.open()
@@ -280,6 +281,21 @@ class LiveView:
             self.result = ev.get("result")
         self._touch()
 
+    def show_stored(self, messages: Any) -> None:
+        """Show the messages of this view as the store holds them (after an abort, say).
+
+        ``messages`` are :class:`~we0nb.MessageWithParts` (``transcript.messages``); only those
+        this view already shows are taken, with their parts exactly as persisted.
+        """
+        for m in messages:
+            t = self._turns_by_id.get(m.info.id)
+            if t is None or m.info.role != "assistant":
+                continue
+            t.info = m.info
+            t.parts = list(m.parts)
+        self._open = None
+        self._touch()
+
     def _find_buf(self, part_id: str) -> Optional[_Buf]:
         for t in reversed(self.turns):
             for p in t.parts:
@@ -324,12 +340,13 @@ class LiveView:
 
     def _turns_html(self, final: bool) -> str:
         streaming = None if final or self._open is None else self._open.id
+        cut = self.status == "aborted"
         out = []
         for t in self.turns:
             if t.info is not None and t.info.role == "user":
                 out.append(H.message_html(t.info, t.parts))
             else:
-                out.append(H.message_html(t.info, t.parts, streaming_id=streaming, recovery=self.recovery))
+                out.append(H.message_html(t.info, t.parts, streaming_id=streaming, recovery=self.recovery, cut=cut))
         return "".join(out)
 
     def _foot_html(self) -> str:
@@ -337,8 +354,8 @@ class LiveView:
         if self.recovery_log:
             out.append(f"<div class='we0-note'>recovery: {H.esc('; '.join(self.recovery_log))}</div>")
         if self.status == "aborted":
-            out.append("<div class='we0-warn we0-note'>Aborted: everything so far is persisted; "
-                       "resume continues the turn.</div>")
+            out.append("<div class='we0-note we0-warn'>Aborted: everything so far is persisted; calls cut at "
+                       "the abort stay as they were stored until a resume decides them.</div>")
         if self.error is not None:
             out.append(f"<div class='we0-err'>{H.esc(type(self.error).__name__)}: {H.esc(self.error)}</div>")
         if self.result is not None and self.status == "finished":
@@ -361,6 +378,8 @@ class LiveView:
         lines += [H.message_text(t.info, t.parts, limit=None) for t in self.turns]  # exact text
         if self.recovery_log:
             lines.append("recovery: " + "; ".join(self.recovery_log))
+        if self.status == "aborted":
+            lines.append("aborted: everything so far is persisted; unfinished calls wait for a resume")
         if self.error is not None:
             lines.append(f"error: {type(self.error).__name__}: {self.error}")
         return "\n".join(lines)

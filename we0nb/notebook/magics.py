@@ -11,7 +11,9 @@ that used the same agent variable (a chat across cells); ``--new`` starts a new 
 ``%we0 --resume`` (a line magic: IPython refuses an empty cell body) continues the
 session in resume mode.
 The panel is stored in the namespace (``we0_panel`` unless ``--panel``), so a later cell
-can ``await we0_panel.wait()``.
+can ``await we0_panel.wait()``. A ``%%we0`` cell run while the previous one still runs on
+the same session waits for it (panels on one session queue), so "Run All" works.
+``%we0 -h`` prints this usage.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["We0Magics", "load_ipython_extension"]
+
+_USAGE = """The cell body is the user message for the agent variable. Without --session the cell
+continues the session of the previous %%we0 cell; a %%we0 cell run while the previous one
+still runs on that session waits for it (Run All queues them). `%we0 --resume` (one line)
+resumes the session; the panel is kept in we0_panel: `await we0_panel.wait()`."""
 
 
 def _make_magics_class() -> Any:
@@ -44,6 +51,9 @@ def _make_magics_class() -> Any:
             """Run the cell body as a user message in a RunPanel (background task)."""
             from .panel import RunPanel
 
+            if {"-h", "--help"} & set(line.split()):
+                print(self.we0.parser.format_help().rstrip() + "\n\n" + _USAGE)
+                return
             args = parse_argstring(self.we0, line)
             ns = self.shell.user_ns
             if args.agent not in ns:

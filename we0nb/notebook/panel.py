@@ -5,25 +5,48 @@ at once and a click is handled while the run streams; ``await panel.wait()`` joi
 Clicks may arrive on another thread (JupyterLab 4.6 sends widget messages to a kernel
 subshell; ipykernel 7.0–7.3 runs the handler on a ``subshell-…`` thread), so Abort sets
 a ``threading.Event`` flag and wakes the loop with ``loop.call_soon_threadsafe``, and
-Resume is scheduled onto the loop the same way — nothing awaits in a handler.
+Resume is scheduled onto the loop the same way — nothing awaits in a handler. On
+ipykernel 6, where a click would wait behind the cell that awaits the run, Abort is
+handled as the message arrives (:mod:`we0nb.notebook.clicks`).
 
 Content goes through one display handle (the live view, displayed below the widgets),
 not an ``Output`` widget: updates from a task or a click keep reaching the cell that
 displayed the panel, and the saved notebook shows the final transcript without a kernel.
+
+Panels on one session know each other: a run started in one waits for the run going on
+in another (two ``%%we0`` cells in a row queue), and an older panel's Resume is disabled
+once a newer one runs the session. Resume first reads the store: a session whose turn is
+over is not run again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import html
 import threading
 import time
+import weakref
 from typing import Any, Callable, Optional
 
+from . import clicks
 from .live import LiveView, _in_kernel, ipython_display
 
 __all__ = ["RunPanel", "STATUSES"]
 
 STATUSES = ("idle", "running", "aborted", "needs resume", "finished", "failed")
+
+_panels: "weakref.WeakSet[RunPanel]" = weakref.WeakSet()
+
+
+def _current_click_header() -> Optional[dict]:
+    """The header of the comm message being handled (a click), when there is one."""
+    kernel = clicks._kernel()
+    try:
+        parent = kernel.get_parent("shell") if kernel is not None else None
+    except Exception:  # pragma: no cover - kernels without get_parent
+        return None
+    header = (parent or {}).get("header") or {}
+    return header if header.get("msg_type") == "comm_msg" else None
 
 
 class RunPanel:
@@ -33,13 +56,13 @@ class RunPanel:
     continues the session in resume mode, the Abort button sets the run's abort event.
     ``status`` is one of :data:`STATUSES`; ``result`` is the last RunResult (None when the
     last run was aborted or failed), ``exception`` the last failure.
+    ``last_abort_latency`` is the seconds from the Abort click (as the front end stamped
+    it) to the run stopping.
     """
 
     def __init__(self, agent: Any, session_id: Optional[str] = None, *, interval: float = 0.05,
                  title: Optional[str] = None, display: Optional[Callable[[dict], Any]] = None,
                  check: bool = True):
-        import ipywidgets as W
-
         if not (hasattr(agent, "stream_request") and hasattr(agent, "build_request")):
             raise TypeError(f"RunPanel(agent): expected a We0Agent, got {type(agent).__name__}.")
         if agent.output_type is not None:
@@ -52,31 +75,24 @@ class RunPanel:
         self.result: Any = None
         self.exception: Optional[BaseException] = None
         self.view = LiveView(interval=interval, display=display or ipython_display(), title=title)
-        self.abort_button = W.Button(description="Abort", icon="stop", button_style="danger",
-                                     tooltip="Stop the run; everything so far is persisted", disabled=True)
-        self.resume_button = W.Button(description="Resume", icon="play", button_style="success",
-                                      tooltip="Continue the session in resume mode", disabled=True)
-        self.status_label = W.Label(value="status: idle")
-        self.abort_button.add_class("we0-abort")
-        self.resume_button.add_class("we0-resume")
-        self.status_label.add_class("we0-status")
-        self.widget = W.HBox([self.abort_button, self.resume_button, self.status_label])
-        self.widget.add_class("we0-panel")
-        self.abort_button.on_click(self._on_abort_click)
-        self.resume_button.on_click(self._on_resume_click)
-
+        self._make_widgets()
         self._task: Optional[asyncio.Task] = None
         self._abort_event: Optional[asyncio.Event] = None
         self._abort_flag = threading.Event()
         self._displayed = False
+        self._widget_handle: Any = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread: Optional[int] = None
-        #: monotonic time of the last Abort click, of the last run's end, and their difference
+        self._superseded = False
+        #: epoch seconds of the last Abort click (the front end's stamp), of the last run's end, and the latency
         self.abort_clicked_at: Optional[float] = None
         self.ended_at: Optional[float] = None
         self.last_abort_latency: Optional[float] = None
         #: names of the threads click handlers ran on (a subshell shows up here)
         self.click_threads: list[str] = []
+        _panels.add(self)
+        if clicks.install():
+            clicks.register(self.abort_button.model_id, self._on_abort_message)
         try:
             self._bind_loop(asyncio.get_running_loop())
         except RuntimeError:
@@ -85,17 +101,41 @@ class RunPanel:
             self._check_task = self._loop.create_task(self.check())
             self._check_task.add_done_callback(self._checked)
 
+    def _make_widgets(self) -> None:
+        import ipywidgets as W
+
+        fixed = W.Layout(width="auto", flex="0 0 auto")
+        self.abort_button = W.Button(description="Abort", icon="stop", button_style="danger", layout=fixed,
+                                     tooltip="Stop the run; everything so far is persisted", disabled=True)
+        self.resume_button = W.Button(description="Resume", icon="play", button_style="success", layout=fixed,
+                                      tooltip="Continue the session in resume mode", disabled=True)
+        # an HTML line that wraps: a long error never squeezes the buttons or gets cut off
+        self.status_label = W.HTML(value="status: idle", layout=W.Layout(flex="1 1 auto", min_width="0"))
+        self.abort_button.add_class("we0-abort")
+        self.resume_button.add_class("we0-resume")
+        self.status_label.add_class("we0-status")
+        self.widget = W.HBox([self.abort_button, self.resume_button, self.status_label],
+                             layout=W.Layout(align_items="center", width="100%"))
+        self.widget.add_class("we0-panel")
+        self.abort_button.on_click(self._on_abort_click)
+        self.resume_button.on_click(self._on_resume_click)
+
     def _checked(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None and self.status == "idle":
             exc = task.exception()
-            self._set_status("idle", f"could not read the session: {type(exc).__name__}: {exc}"[:300])
+            self._set_status("idle", f"could not read the session: {type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ display
+
+    def _widget_bundle(self) -> dict:
+        data = dict(self.widget._repr_mimebundle_() or {})
+        data["text/plain"] = self.status_text()  # what a notebook shows where the widget cannot render
+        return data
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        display(self.widget)
+        self._widget_handle = display(self._widget_bundle(), raw=True, display_id=True)
         handle = self.view.handle
         if handle is None:
             self.view.open()
@@ -117,33 +157,46 @@ class RunPanel:
     def _on_loop_thread(self) -> bool:
         return self._loop_thread is None or threading.get_ident() == self._loop_thread
 
+    def status_text(self) -> str:
+        """The status line as plain text: ``status: … · session … · detail``."""
+        label = f"status: {self.status}"
+        if self.session_id:
+            label += f" · session {self.session_id}"
+        if self.detail:
+            label += f" · {self.detail}"
+        if self._superseded and self.status != "running":
+            label += " · a newer panel runs this session; use that one"
+        return label
+
     def _set_status(self, status: str, detail: str = "") -> None:
         self.status = status
         self.detail = detail
         running = status == "running"
         self.abort_button.disabled = not running
-        self.resume_button.disabled = running or self.session_id is None or status not in (
-            "aborted", "needs resume", "failed")
-        label = f"status: {status}"
-        if self.session_id:
-            label += f" · session {self.session_id}"
-        if detail:
-            label += f" · {detail}"
-        self.status_label.value = label
+        self.resume_button.disabled = (running or self._superseded or self.session_id is None
+                                       or status not in ("aborted", "needs resume", "failed"))
+        self.status_label.value = f"<span style='white-space:normal'>{html.escape(self.status_text())}</span>"
 
     async def check(self) -> str:
-        """Look at the persisted session: 'needs resume' when its last turn is unfinished."""
+        """Look at the persisted session: 'needs resume' when its last turn is not over."""
         if self.session_id is None or self.status == "running":
             return self.status
         t = await self.agent.transcript(self.session_id)
-        if t.session is None or not t.messages or self.status == "running":
-            return self.status
-        last = t.messages[-1]
-        unfinished = last.info.role == "user" or last.info.time.completed is None or any(
-            p.state.status in ("pending", "running") for p in last.tool_parts)
-        if unfinished and self.status == "idle":
+        if t.session is not None and t.needs_resume and self.status == "idle":
             self._set_status("needs resume", "the last turn did not finish")
         return self.status
+
+    def _siblings(self) -> list["RunPanel"]:
+        """Other panels on the same session and store."""
+        store = getattr(self.agent, "persistence", None)
+        return [p for p in list(_panels) if p is not self and p.session_id == self.session_id
+                and getattr(p.agent, "persistence", None) is store]
+
+    def _supersede(self) -> None:
+        """A newer panel runs this session: this one's Resume would act on a stale view."""
+        self._superseded = True
+        if not self.running:
+            self._set_status(self.status, self.detail)
 
     # ------------------------------------------------------------------ runs
 
@@ -154,7 +207,7 @@ class RunPanel:
         self._launch("prompt", [user_message(text)])
 
     def resume(self) -> None:
-        """Continue the session in resume mode, in the background."""
+        """Continue the session in resume mode, in the background (nothing runs if its turn is over)."""
         if self.session_id is None:
             raise ValueError("RunPanel.resume(): this panel has no session yet; start() a run first "
                              "or create the panel with session_id=.")
@@ -174,6 +227,10 @@ class RunPanel:
         abort = asyncio.Event()
         request = self.agent.build_request(abort=abort, mode=mode, session_id=self.session_id, messages=messages)
         self.session_id = request.session_id
+        before = [p._task for p in self._siblings() if p.running]
+        for p in self._siblings():
+            p._supersede()
+        self._superseded = False
         self._abort_event = abort
         self._abort_flag.clear()
         self.abort_clicked_at = None
@@ -181,20 +238,42 @@ class RunPanel:
         self.result = None
         self.exception = None
         self._display_once()
-        self.view.start(note=f"{mode} run")
-        self._set_status("running")
-        self._task = loop.create_task(self._run(request))
+        self._set_status("running", "queued behind the run of another panel on this session" if before else "")
+        self._task = loop.create_task(self._run(request, mode, before))
         self._task.add_done_callback(self._done)
 
-    async def _run(self, request: Any) -> Any:
+    async def _nothing_to_resume(self) -> bool:
+        t = await self.agent.transcript(self.session_id)
+        if t.needs_resume:
+            return False
+        self.view.show_stored(t.messages)
+        self.view.note = "nothing to resume: the session's last turn is over"
+        self.view.close("finished")
+        self._set_status("finished", "nothing to resume: the last turn is over")
+        return True
+
+    async def _run(self, request: Any, mode: str, before: list) -> Any:
+        if before:
+            await asyncio.wait(before)
+            self._set_status("running")
+        if self._abort_flag.is_set():
+            self.view.close("aborted")
+            self._set_status("aborted", "aborted before it started")
+            return None
+        if mode == "resume" and await self._nothing_to_resume():
+            return None
+        self.view.start(note=f"{mode} run")
         try:
             result = await self.view.consume(self.agent.stream_request(request))
         finally:
-            self.ended_at = time.monotonic()
+            self.ended_at = time.time()
             if self.abort_clicked_at is not None:
-                self.last_abort_latency = self.ended_at - self.abort_clicked_at
+                self.last_abort_latency = max(0.0, self.ended_at - self.abort_clicked_at)
         self.result = result
         if result is None:
+            t = await self.agent.transcript(self.session_id)
+            self.view.show_stored(t.messages)  # what the store holds now: calls cut at the abort
+            self.view.refresh()
             self._set_status("aborted", "everything so far is persisted; Resume continues")
         else:
             self._set_status("finished", f"{result.steps} step(s)")
@@ -211,20 +290,30 @@ class RunPanel:
             self.exception = exc
             if self.view.status == "running":
                 self.view.close("failed", exc)
-            self._set_status("failed", f"{type(exc).__name__}: {exc}"[:300])
+            self._set_status("failed", f"{type(exc).__name__}: {exc}"[:500])
 
     async def wait(self) -> Any:
         """Join the run going on (if any); the RunResult, None when aborted; re-raises a failure."""
         while self._task is not None and not self._task.done():
             await asyncio.wait([self._task])
-        # Re-send the final render from the awaiting cell: nbclient/nbconvert/nbval drop display
-        # updates sent by a background task after its cell ended, so a saved notebook would
-        # otherwise keep the starting state of the view.
+        # Re-send the final state from the awaiting cell: nbclient/nbconvert/nbval drop messages
+        # sent by a background task after its cell ended, so a saved notebook would otherwise keep
+        # the starting state of the view and of the widgets ("running", Abort enabled).
         if self.view.handle is not None and self.view.status != "running":
             self.view.handle.update(self.view.bundle(final=True))
+        self._resend_widgets()
         if self.exception is not None:
             raise self.exception
         return self.result
+
+    def _resend_widgets(self) -> None:
+        for w in (self.abort_button, self.resume_button, self.status_label):
+            try:
+                w.send_state()
+            except Exception:  # no kernel comm (tests without a front end)
+                pass
+        if self._widget_handle is not None:
+            self._widget_handle.update(self._widget_bundle(), raw=True)
 
     @property
     def running(self) -> bool:
@@ -232,12 +321,15 @@ class RunPanel:
 
     # ------------------------------------------------------------------ abort / resume (any thread)
 
-    def abort(self) -> None:
-        """Abort the run going on; safe from any thread (a click on a kernel subshell)."""
+    def abort(self, *, clicked_at: Optional[float] = None) -> None:
+        """Abort the run going on; safe from any thread (a click on a kernel subshell).
+
+        ``clicked_at`` (epoch seconds) is when the user asked for it; default now.
+        """
         ev, loop = self._abort_event, self._loop
         if ev is None or loop is None or not self.running or self._abort_flag.is_set():
             return
-        self.abort_clicked_at = time.monotonic()
+        self.abort_clicked_at = clicked_at if clicked_at is not None else time.time()
         self._abort_flag.set()
         if self._on_loop_thread():
             ev.set()
@@ -246,9 +338,17 @@ class RunPanel:
             loop.call_soon_threadsafe(ev.set)
             loop.call_soon_threadsafe(setattr, self.abort_button, "disabled", True)
 
+    def _on_abort_message(self, header: dict) -> None:
+        """A click that arrived while the kernel was busy with another cell (ipykernel 6)."""
+        self.click_threads.append(threading.current_thread().name + " (on arrival)")
+        self.abort(clicked_at=clicks.click_time(header))
+
     def _on_abort_click(self, _button: Any = None) -> None:
+        header = _current_click_header()
+        if clicks.handled(header):
+            return  # already aborted when the message arrived
         self.click_threads.append(threading.current_thread().name)
-        self.abort()
+        self.abort(clicked_at=clicks.click_time(header) if header else None)
 
     def _on_resume_click(self, _button: Any = None) -> None:
         self.click_threads.append(threading.current_thread().name)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from .frames import SessionIds, TimeLike, messages_df, tool_calls_df
 
-__all__ = ["plot_timeline", "plot_tools", "STEP_COLORS", "TOOL_COLORS", "tool_outcome"]
+__all__ = ["plot_timeline", "plot_tools", "STEP_COLORS", "TOOL_COLORS", "tool_outcome", "THEME", "INK"]
 
 #: colours by status (colour-blind-safe Okabe–Ito palette)
 TOOL_COLORS = {
@@ -35,6 +35,36 @@ STEP_COLORS = {
 OUTCOMES = ("completed", "error", "interrupted", "unfinished")
 _OUTCOME_COLORS = {"completed": TOOL_COLORS["completed"], "error": TOOL_COLORS["error"],
                    "interrupted": TOOL_COLORS["interrupted"], "unfinished": TOOL_COLORS["pending"]}
+
+
+#: text, axes, edges and grid on a transparent background: mid-grey reads at about 4:1 on both
+#: JupyterLab's light (white) and dark (#111111–#212121) backgrounds, so a plot follows either theme
+INK = "#808080"
+THEME = {
+    "figure.facecolor": (0.0, 0.0, 0.0, 0.0), "axes.facecolor": (0.0, 0.0, 0.0, 0.0),
+    "savefig.facecolor": (0.0, 0.0, 0.0, 0.0), "savefig.edgecolor": (0.0, 0.0, 0.0, 0.0),
+    "text.color": INK, "axes.labelcolor": INK, "axes.titlecolor": INK, "axes.edgecolor": INK,
+    "xtick.color": INK, "ytick.color": INK, "grid.color": INK, "legend.labelcolor": INK,
+}
+
+
+def _themed(fn: Any) -> Any:
+    """Draw under :data:`THEME` (``theme="both"``, the default), or the current matplotlib style (``theme=None``)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, theme: Optional[str] = "both", **kwargs: Any) -> Any:
+        if theme is None:
+            return fn(*args, **kwargs)
+        if theme != "both":
+            raise ValueError(f"{fn.__name__}(theme=...): expected 'both' (readable on light and dark) or None "
+                             f"(your matplotlib style), got {theme!r}.")
+        import matplotlib
+
+        with matplotlib.rc_context(THEME):
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def _new_axes(ncols: int = 1, figsize: Optional[tuple[float, float]] = None):
@@ -69,6 +99,73 @@ def _call_status(call: pd.Series) -> str:
     return str(call["status"])
 
 
+class _Clock:
+    """Seconds since the session's first message; the end of the plot for what never ended."""
+
+    def __init__(self, msgs: pd.DataFrame, calls: pd.DataFrame):
+        self.t0 = msgs["created"].min()
+        times = pd.concat([msgs["created"], msgs["completed"], calls["start"], calls["end"]]).dropna()
+        self.end = (times.max() - self.t0).total_seconds()
+        self.min_width = max(self.end, 1e-3) * 0.004   # the thinnest bar that still shows
+
+    def __call__(self, ts: Any) -> float:
+        return float("nan") if pd.isna(ts) else (ts - self.t0).total_seconds()
+
+
+def _step_bar(ax: Any, lane: int, m: pd.Series, clock: _Clock) -> float:
+    """One step (model call) as a bar; returns its start."""
+    status = _step_status(m)
+    left = clock(m["created"])
+    right = clock(m["completed"]) if status != "unfinished" else clock.end
+    ax.barh(lane, max(right - left, clock.min_width), left=left, height=0.7, color=STEP_COLORS[status],
+            edgecolor=INK, linewidth=0.4, hatch="//" if status == "unfinished" else None)
+    return left
+
+
+def _call_bar(ax: Any, lane: int, c: pd.Series, step_start: float, clock: _Clock) -> None:
+    """One tool call: unfinished runs to the end (hatched), never started is a thin bar, recalled is dotted."""
+    status = _call_status(c)
+    start, end = clock(c["start"]), clock(c["end"])
+    unfinished = status in ("pending", "running")
+    if np.isnan(start):
+        start = end if not np.isnan(end) else step_start
+    if np.isnan(end):
+        end = clock.end if unfinished else start
+    hatch = "//" if unfinished else (".." if c["recalled"] else None)
+    ax.barh(lane, max(end - start, clock.min_width), left=start, height=0.5, color=TOOL_COLORS[status],
+            edgecolor=INK, linewidth=0.4, hatch=hatch)
+
+
+def _timeline_lanes(ax: Any, msgs: pd.DataFrame, calls: pd.DataFrame, clock: _Clock) -> list[str]:
+    """Draw every step and its calls, one lane each; user messages as dashed lines. The lane labels."""
+    labels: list[str] = []
+    by_msg = {mid: g for mid, g in calls.groupby("message_id", sort=False, observed=True)}
+    for _, m in msgs.iterrows():
+        if m["role"] == "user":
+            ax.axvline(clock(m["created"]), color=INK, linestyle="--", linewidth=0.8, zorder=0)
+            continue
+        step_start = _step_bar(ax, len(labels), m, clock)
+        labels.append(f"step {sum(1 for x in labels if x.startswith('step')) + 1}")
+        for _, c in by_msg.get(m["message_id"], pd.DataFrame()).iterrows():
+            _call_bar(ax, len(labels), c, step_start, clock)
+            labels.append(f"  {c['tool']}")
+    return labels
+
+
+def _timeline_frame(ax: Any, labels: list[str], title: str) -> None:
+    from matplotlib.patches import Patch
+
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_xlabel("seconds since the first message")
+    ax.set_title(title)
+    handles = [Patch(facecolor=c, edgecolor=INK, label=f"step {k}") for k, c in STEP_COLORS.items()]
+    handles += [Patch(facecolor=c, edgecolor=INK, label=f"tool {k}") for k, c in TOOL_COLORS.items()]
+    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+
+
+@_themed
 def plot_timeline(p: Any, session_id: str, *, ax: Any = None, title: Optional[str] = None) -> Any:
     """The steps and tool calls of one session as bars over time, coloured by status.
 
@@ -77,6 +174,8 @@ def plot_timeline(p: Any, session_id: str, *, ax: Any = None, title: Optional[st
     end; a call that never started is a thin bar at the time it ended, an unfinished one
     runs to the end, hatched; recalled calls are dotted). User messages are dashed
     vertical lines. The x axis is seconds since the session's first message.
+    ``theme="both"`` (default) draws mid-grey on a transparent background, readable on
+    light and dark notebook themes; ``theme=None`` keeps your matplotlib style.
     Returns the Figure.
     """
     if not isinstance(session_id, str):
@@ -85,64 +184,18 @@ def plot_timeline(p: Any, session_id: str, *, ax: Any = None, title: Optional[st
     if msgs.empty:
         raise ValueError(f"Session {session_id!r} has no messages to plot.")
     calls = tool_calls_df(p, session_id)
-    t0 = msgs["created"].min()
-    times = pd.concat([msgs["created"], msgs["completed"], calls["start"], calls["end"]]).dropna()
-    t_end = (times.max() - t0).total_seconds()
-    span = max(t_end, 1e-3)
-    min_w = span * 0.004
-
-    def sec(ts: Any) -> float:
-        return float("nan") if pd.isna(ts) else (ts - t0).total_seconds()
-
     if ax is None:
         n_lanes = int((msgs["role"] == "assistant").sum()) + len(calls)
         fig, (ax,) = _new_axes(1, figsize=(10, max(2.0, 0.32 * n_lanes + 1.2)))
     else:
         fig = ax.figure
-
-    labels: list[str] = []
-    lane = 0
-    by_msg = {mid: g for mid, g in calls.groupby("message_id", sort=False, observed=True)}
-    step_no = 0
-    for _, m in msgs.iterrows():
-        if m["role"] == "user":
-            ax.axvline(sec(m["created"]), color="#444444", linestyle="--", linewidth=0.8, zorder=0)
-            continue
-        step_no += 1
-        status = _step_status(m)
-        left = sec(m["created"])
-        right = sec(m["completed"]) if status != "unfinished" else t_end
-        ax.barh(lane, max(right - left, min_w), left=left, height=0.7, color=STEP_COLORS[status],
-                edgecolor="black", linewidth=0.4, hatch="//" if status == "unfinished" else None)
-        labels.append(f"step {step_no}")
-        lane += 1
-        for _, c in by_msg.get(m["message_id"], pd.DataFrame()).iterrows():
-            cstatus = _call_status(c)
-            start, end = sec(c["start"]), sec(c["end"])
-            unfinished = cstatus in ("pending", "running")
-            if np.isnan(start):
-                start = end if not np.isnan(end) else left
-            if np.isnan(end):
-                end = t_end if unfinished else start
-            hatch = "//" if unfinished else (".." if c["recalled"] else None)
-            ax.barh(lane, max(end - start, min_w), left=start, height=0.5, color=TOOL_COLORS[cstatus],
-                    edgecolor="black", linewidth=0.4, hatch=hatch)
-            labels.append(f"  {c['tool']}")
-            lane += 1
-    ax.set_yticks(range(len(labels)), labels)
-    ax.set_ylim(len(labels) - 0.5, -0.5)
-    ax.set_xlabel("seconds since the first message")
-    ax.set_title(title if title is not None else f"session {session_id}")
-    from matplotlib.patches import Patch
-
-    handles = [Patch(facecolor=c, edgecolor="black", label=f"step {k}") for k, c in STEP_COLORS.items()]
-    handles += [Patch(facecolor=c, edgecolor="black", label=f"tool {k}") for k, c in TOOL_COLORS.items()]
-    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)
-    ax.grid(axis="x", alpha=0.3)
+    labels = _timeline_lanes(ax, msgs, calls, _Clock(msgs, calls))
+    _timeline_frame(ax, labels, title if title is not None else f"session {session_id}")
     fig.tight_layout()
     return fig
 
 
+@_themed
 def plot_tools(p: Any, session_id: SessionIds = None, *, since: TimeLike = None, until: TimeLike = None,
                axes: Any = None) -> Any:
     """Tool latency and failures across sessions: two charts, one bar row per tool.
@@ -151,7 +204,7 @@ def plot_tools(p: Any, session_id: SessionIds = None, *, since: TimeLike = None,
     the 90th percentile (seconds). Right: the calls of each tool stacked by outcome
     (completed, error, interrupted, unfinished), labelled with the failure rate
     (errors + interrupts over all calls). ``axes`` = two matplotlib axes to draw into.
-    Returns the Figure.
+    ``theme`` as for :func:`plot_timeline`. Returns the Figure.
     """
     calls = tool_calls_df(p, session_id, since=since, until=until)
     if axes is None:
@@ -175,7 +228,7 @@ def plot_tools(p: Any, session_id: SessionIds = None, *, since: TimeLike = None,
     p90 = secs.groupby(calls["tool"], observed=True).quantile(0.9).reindex(tools)
     med_v = med.fillna(0.0).to_numpy(dtype=float)
     whisker = np.clip((p90 - med).fillna(0.0).to_numpy(dtype=float), 0.0, None)
-    lat_ax.barh(y, med_v, xerr=[np.zeros_like(whisker), whisker], color="#56B4E9", edgecolor="black",
+    lat_ax.barh(y, med_v, xerr=[np.zeros_like(whisker), whisker], color="#56B4E9", edgecolor=INK,
                 linewidth=0.4, capsize=3)
     lat_ax.set_yticks(y, tools)
     lat_ax.invert_yaxis()
@@ -189,7 +242,7 @@ def plot_tools(p: Any, session_id: SessionIds = None, *, since: TimeLike = None,
     left = np.zeros(len(tools))
     for name in OUTCOMES:
         vals = counts[name].to_numpy(dtype=float)
-        out_ax.barh(y, vals, left=left, color=_OUTCOME_COLORS[name], edgecolor="black", linewidth=0.4, label=name)
+        out_ax.barh(y, vals, left=left, color=_OUTCOME_COLORS[name], edgecolor=INK, linewidth=0.4, label=name)
         left += vals
     total = counts.sum(axis=1).to_numpy(dtype=float)
     failed = (counts["error"] + counts["interrupted"]).to_numpy(dtype=float)

@@ -116,32 +116,6 @@ async def infos(store: Any, name: Optional[str] = None) -> list[BatchInfo]:
 # --------------------------------------------------------------------------- synchronous reads (frames, CLI)
 
 
-def readonly_engine(url: Any) -> Any:
-    """A synchronous engine that reads without writing: a SQLite file opened ``mode=ro`` (a
-    missing file is a ValueError, never created), PostgreSQL through psycopg. Dispose of it."""
-    from pathlib import Path
-
-    from sqlalchemy import create_engine
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.pool import NullPool
-
-    try:
-        u = make_url(url)
-    except Exception as e:
-        raise ValueError(f"{str(url)!r} is not a database URL ({e}).") from None
-    backend = u.get_backend_name()
-    if backend == "sqlite":
-        db = u.database or ""
-        if not db or db == ":memory:" or db.startswith("file:"):
-            raise ValueError(f"{str(url)!r}: an in-memory or URI SQLite database cannot be opened read-only here.")
-        if not Path(db).exists():
-            raise ValueError(f"No SQLite database at {db!r} (from {str(url)!r}).")
-        return create_engine(f"sqlite:///file:{Path(db).resolve()}?mode=ro&uri=true", poolclass=NullPool)
-    if backend in ("postgresql", "postgres"):
-        return create_engine(u.set(drivername="postgresql+psycopg"), poolclass=NullPool)
-    raise ValueError(f"{str(url)!r}: we0nb keeps batches in SQLite or PostgreSQL, not {backend!r}.")
-
-
 def read_items(conn: Any, name: str) -> list[BatchItem]:
     """The batch's items through a synchronous SQLAlchemy connection (none without the tables)."""
     from sqlalchemy import inspect, select

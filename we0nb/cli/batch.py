@@ -1,7 +1,7 @@
 """``we0nb batch ls`` and ``we0nb batch show NAME``: the batches of a database, read-only.
 
-The database is opened read-only (a SQLite file with ``mode=ro``; nothing is created on
-PostgreSQL either): a database without batches says so in one line.
+The database is opened as the other reading commands open it (a SQLite file ``mode=ro``,
+nothing created anywhere): a database without batches says so in one line.
 """
 
 from __future__ import annotations
@@ -11,13 +11,11 @@ import datetime as _dt
 import statistics
 from typing import Any, Callable, Optional
 
-from .persistence.batches import BATCH_STATUSES, BatchInfo, BatchItem
+from ..persistence.batches import BATCH_STATUSES, BatchInfo, BatchItem
+from ._common import CliError, hint, say
+from ._db import _sync_engine, normalize_db, safe_url
 
-__all__ = ["add_parsers", "format_batches", "format_batch", "BatchCliError"]
-
-
-class BatchCliError(Exception):
-    """A one-line error of a batch command."""
+__all__ = ["add_parsers", "format_batches", "format_batch", "cmd_ls", "cmd_show"]
 
 
 def _ts(t: Optional[float]) -> str:
@@ -65,66 +63,59 @@ def format_batch(info: BatchInfo, items: list[BatchItem], max_failures: int = 20
     return "\n".join(out)
 
 
-def _engine(url: str) -> Any:
-    from .persistence.sql.batches import readonly_engine
-
-    try:
-        return readonly_engine(url)
-    except ValueError as e:
-        raise BatchCliError(str(e)) from None
-
-
 def _read(url: str, fn: Callable[[Any], Any]) -> Any:
-    engine = _engine(url)
+    from sqlalchemy.exc import SQLAlchemyError
+
+    engine = _sync_engine(url)
     try:
         with engine.connect() as conn:
             return fn(conn)
+    except SQLAlchemyError as e:
+        first = (str(getattr(e, "orig", None) or e).strip().splitlines() or [type(e).__name__])[0]
+        raise CliError(f"cannot read the database {safe_url(url)}: {first}") from None
     finally:
         engine.dispose()
 
 
-def cmd_ls(url: str, say: Callable[[str], Any] = print) -> int:
-    from .persistence.sql.batches import read_infos
+def cmd_ls(args: argparse.Namespace) -> int:
+    from ..persistence.sql.batches import read_infos
 
+    url = normalize_db(args.db)
     infos = _read(url, read_infos)
     if not infos:
-        say(f"no batches in {url}")
+        say(f"no batches in {safe_url(url)}")
         return 0
     say(format_batches(infos))
-    say(f"\n{len(infos)} batch(es) in {url}")
+    say(f"\n{len(infos)} batch(es) in {safe_url(url)}")
     return 0
 
 
-def cmd_show(url: str, name: str, say: Callable[[str], Any] = print) -> int:
-    from .persistence.sql.batches import read_infos, read_items
+def cmd_show(args: argparse.Namespace) -> int:
+    from ..persistence.sql.batches import read_infos, read_items
 
-    def read(conn: Any) -> tuple[list[BatchInfo], list[BatchItem]]:
-        return read_infos(conn), read_items(conn, name)
-
-    infos, items = _read(url, read)
+    url, name = normalize_db(args.db), args.name
+    infos, items = _read(url, lambda conn: (read_infos(conn), read_items(conn, name)))
     info = next((i for i in infos if i.name == name), None)
     if info is None:
         known = ", ".join(repr(i.name) for i in infos[:10]) or "none"
-        raise BatchCliError(f"no batch {name!r} in {url} (batches: {known}); list them with `we0nb batch ls`.")
+        raise CliError(f"no batch {name!r} in {safe_url(url)} (batches: {known}); list them with "
+                       f"`{hint('we0nb', 'batch', 'ls', '--db', url)}`.")
     say(format_batch(info, items))
     return 0
 
 
-def add_parsers(sub: Any, db_args: Callable[[argparse.ArgumentParser], None],
-                normalize: Callable[[str], str]) -> argparse.ArgumentParser:
-    """``batch ls`` / ``batch show NAME`` under ``sub``; ``db_args`` adds ``--db`` to a parser."""
-    b = sub.add_parser("batch", help="list the batches of a database, or show one",
+def add_parsers(sub: Any, db: argparse.ArgumentParser, common: argparse.ArgumentParser) -> dict[str, Any]:
+    b = sub.add_parser("batch", parents=[common], help="list the batches of a database, or show one",
                        description="The batches agent.batch(...) persisted: `we0nb batch ls` lists them, "
                                    "`we0nb batch show NAME` prints one's counts by status and its failures. "
-                                   "Reads only.")
+                                   "Reads only: nothing is created.")
     bsub = b.add_subparsers(dest="batch_command", metavar="ls|show")
-    ls = bsub.add_parser("ls", help="list the batches: items by status", description="List every batch.")
-    db_args(ls)
-    ls.set_defaults(run=lambda args: cmd_ls(normalize(args.db)))
-    show = bsub.add_parser("show", help="counts by status and the failures of one batch",
+    ls = bsub.add_parser("ls", parents=[db, common], help="list the batches: items by status",
+                         description="List every batch: items by status, unfinished items, last activity.")
+    ls.set_defaults(run=cmd_ls)
+    show = bsub.add_parser("show", parents=[db, common], help="counts by status and the failures of one batch",
                            description="Print batch NAME: counts by status, run times, tokens, failures.")
     show.add_argument("name", metavar="NAME", help="batch name (see `we0nb batch ls`)")
-    db_args(show)
-    show.set_defaults(run=lambda args: cmd_show(normalize(args.db), args.name))
+    show.set_defaults(run=cmd_show)
     b.set_defaults(run=lambda args: b.print_help() or 2)
-    return b
+    return {"batch": b}
