@@ -54,7 +54,7 @@ def batch_session_ids(p: Any, name: str) -> list[str]:
 def _items(p: Any, name: str) -> list[BatchItem]:
     if not isinstance(name, str):
         raise TypeError(f"batch name must be a string, got {type(name).__name__}.")
-    items = _read(p, lambda store: store.batch_items(name), lambda conn: _sql().read_items(conn, name))
+    items = _read(p, lambda store: store.batch_items(name), lambda reader: reader.batch_items(name))
     if not items:
         known = [i.name for i in _infos(p)]
         hint = f" Known batches: {', '.join(map(repr, known[:10]))}." if known else " There are no batches."
@@ -63,24 +63,18 @@ def _items(p: Any, name: str) -> list[BatchItem]:
 
 
 def _infos(p: Any) -> list[BatchInfo]:
-    return _read(p, lambda store: store.list_batches(), lambda conn: _sql().read_infos(conn))
-
-
-def _sql() -> Any:
-    from ..persistence.sql import batches
-
-    return batches
+    return _read(p, lambda store: store.list_batches(), lambda reader: reader.batches())
 
 
 def _read(p: Any, port: Callable[[Any], Any], sql: Callable[[Any], Any]) -> Any:
-    """Read from ``p`` as the other frames do: a SQL database through a synchronous connection
-    (:func:`~we0nb.persistence.sql.columns.open_reader`: a URL read-only, nothing created), any
-    other persistence through its port."""
+    """Read from ``p`` as the other frames do: a SQL database through its
+    :class:`~we0nb.persistence.sql.columns.SqlReader` (a URL read-only, nothing created; driver
+    errors as PersistenceError), any other persistence through its port."""
     from ..persistence.sql.columns import open_reader, persistence_of
 
     reader = open_reader(p)
     if reader is None:
         store = persistence_of(p)
         return run_sync(lambda: port(store))
-    with reader, reader.engine.connect() as conn:
-        return sql(conn)
+    with reader:
+        return sql(reader)
