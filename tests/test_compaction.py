@@ -264,7 +264,9 @@ async def test_overflowing_summary_request_is_shrunk_and_retried():
         seen.append(request)
         size = sum(len(getattr(m, "text", "") or getattr(m, "content", "")) for m in request.messages)
         if request.purpose == "step" and len(seen) == 1:
-            return [tool_call("fetch", {"url": "big"})]
+            # (usage reported: without it the 50,000-character result is estimated over the
+            # threshold and compaction starts before step 2 overflows)
+            return [tool_call("fetch", {"url": "big"}), usage(input_tokens=10)]
         if size > 10_000:
             return [fail(ContextWindowExceeded(f"{size} chars is too much"))]
         return [text("shrunk summary"), usage(input_tokens=500, output_tokens=3)]

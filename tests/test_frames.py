@@ -1015,6 +1015,6 @@ def test_postgres_connection_failure_is_a_persistence_error():
     from we0nb import PersistenceError
 
     url = make_url(PG_URL).set(database=f"we0nb_missing_{uuid.uuid4().hex[:8]}", password="s3cret")
-    with pytest.raises(PersistenceError, match="Cannot open the PostgreSQL database") as e:
+    with pytest.raises(PersistenceError, match="Cannot reach the database") as e:  # the engine's words
         tool_calls_df(url.render_as_string(hide_password=False))
     assert "s3cret" not in str(e.value) and e.value.__cause__ is not None

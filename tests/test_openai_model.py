@@ -1,179 +1,39 @@
 """OpenAIChatModel against a local chat-completions server (127.0.0.1, started here), end to end.
 
-The server speaks the streaming protocol (SSE over chunked HTTP/1.1) and plays a script:
-one response per request. It records every request and notices when a client goes away.
+The server (:mod:`openai_fake`) speaks the streaming protocol (SSE over chunked HTTP/1.1)
+and plays a script: one response per request. It records every request and notices when a
+client goes away; like llama-cpp-python's server it refuses ``"content": null``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import select
-import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Optional
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
 pytest.importorskip("openai")
 
+from openai_fake import (  # noqa: E402,F401  (other test files may import these from here too)
+    FakeServer,
+    Responder,
+    _Handler,
+    chunk,
+    empty_stream,
+    reject_json_schema,
+    sse,
+    status,
+    words,
+)
+
 from we0nb import ModelError, We0Agent, tool, user_message  # noqa: E402
 from we0nb.errors import ModelAuthenticationError, ModelProviderError  # noqa: E402
 from we0nb.messages import ReasoningPart, ToolPart  # noqa: E402
 from we0nb.models.base import AssistantTurn, ModelRequest, ToolCall, ToolResult, ToolSchema, UserTurn  # noqa: E402
 from we0nb.models.openai import OpenAIChatModel, to_openai_messages  # noqa: E402
-
-# --------------------------------------------------------------------------- the server
-
-Responder = Callable[["_Handler"], None]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: "_HTTPServer"
-
-    def log_message(self, *args: Any) -> None:  # keep test output clean
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802
-        fake = self.server.fake
-        body = self.rfile.read(int(self.headers.get("content-length", "0") or 0))
-        try:
-            payload = json.loads(body)
-        except ValueError:
-            payload = None
-        with fake.lock:
-            fake.requests.append({"time": time.monotonic(), "path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
-                                  "body": payload})
-            respond = fake.script.pop(0) if fake.script else None
-        if respond is None:
-            status(500, {"error": {"message": "the test server has no scripted response left"}})(self)
-        else:
-            respond(self)
-
-    # helpers for responders
-    def send_chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    fake: "FakeServer"
-
-
-class FakeServer:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.script: list[Responder] = []
-        self.requests: list[dict[str, Any]] = []
-        self.client_closed = threading.Event()
-        self.closed_at: Optional[float] = None
-        self.httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
-        self.httpd.fake = self
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def play(self, *responders: Responder) -> None:
-        with self.lock:
-            self.script.extend(responders)
-
-    def bodies(self) -> list[dict[str, Any]]:
-        return [r["body"] for r in self.requests]
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def chunk(delta: Optional[dict] = None, finish: Optional[str] = None, usage: Optional[dict] = None,
-          **extra: Any) -> dict:
-    c: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                         "choices": []}
-    if delta is not None or finish is not None:
-        c["choices"] = [{"index": 0, "delta": delta if delta is not None else {}, "finish_reason": finish}]
-    if usage is not None:
-        c["usage"] = usage
-    c.update(extra)
-    return c
-
-
-def words(*pieces: str, finish: str = "stop", usage: Optional[dict] = None) -> list:
-    out: list = [chunk({"role": "assistant", "content": ""})]
-    out += [chunk({"content": p}) for p in pieces]
-    out.append(chunk({}, finish))
-    if usage is not None:
-        out.append(chunk(usage=usage))
-    return out
-
-
-def sse(events: list, *, cut: bool = False, hold: bool = False) -> Responder:
-    """Stream ``events`` (dicts as JSON, str as a raw data line, ``b"..."`` as raw bytes).
-
-    ``cut``: drop the connection after them (no [DONE], no end of the chunked body);
-    ``hold``: keep the stream open until the client disconnects, and record when it did.
-    """
-
-    def respond(h: _Handler) -> None:
-        h.send_response(200)
-        h.send_header("Content-Type", "text/event-stream")
-        h.send_header("Transfer-Encoding", "chunked")
-        h.end_headers()
-        for ev in events:
-            if isinstance(ev, bytes):
-                h.send_chunk(ev)
-            elif isinstance(ev, str):
-                h.send_chunk(f"data: {ev}\n\n".encode())
-            else:
-                h.send_chunk(f"data: {json.dumps(ev)}\n\n".encode())
-        if cut:
-            h.close_connection = True
-            h.connection.shutdown(socket.SHUT_RDWR)
-            return
-        if hold:
-            h.close_connection = True
-            fake = h.server.fake
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                ready, _, _ = select.select([h.connection], [], [], 0.05)
-                if ready:
-                    try:
-                        data = h.connection.recv(1024)
-                    except OSError:
-                        data = b""
-                    if not data:
-                        fake.closed_at = time.monotonic()
-                        fake.client_closed.set()
-                        return
-            return
-        h.send_chunk(b"data: [DONE]\n\n")
-        h.wfile.write(b"0\r\n\r\n")
-        h.wfile.flush()
-
-    return respond
-
-
-def status(code: int, body: Any, headers: Optional[dict[str, str]] = None) -> Responder:
-    def respond(h: _Handler) -> None:
-        data = json.dumps(body).encode()
-        h.send_response(code)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(data)))
-        for k, v in (headers or {}).items():
-            h.send_header(k, v)
-        h.end_headers()
-        h.wfile.write(data)
-        h.wfile.flush()
-
-    return respond
-
 
 @pytest.fixture
 def server():
@@ -530,7 +390,7 @@ async def test_context_length_error_compacts_then_resume_continues(server):
 
 
 def test_is_context_length_error_recognises_servers():
-    from we0nb.models.openai import _CONTEXT_TEXT
+    from we0nb.models.openai_errors import _CONTEXT_TEXT
 
     for text in ["This model's maximum context length is 8192 tokens.",
                  "the request exceeds the available context size, try increasing it",
@@ -609,6 +469,212 @@ def test_history_mapping():
     assert out[2]["content"] == "let me" and "reasoning_content" not in out[2]
     assert out[2]["tool_calls"][0]["function"]["arguments"] == '{"a": 1, "b": "é"}'
     assert out[3] == {"role": "tool", "tool_call_id": "c1", "content": "boom"}
-    assert out[4]["content"] is None and out[4]["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert out[4]["content"] == "" and out[4]["tool_calls"][0]["function"]["arguments"] == "{}"  # never null
     assert out[6] == {"role": "assistant", "content": "final"}
     assert to_openai_messages(req, send_reasoning=True)[2]["reasoning_content"] == "thought"
+
+
+# --------------------------------------------------------------------------- what real servers need (issue 17)
+
+
+async def test_a_step_after_tool_calls_sends_empty_content_not_null(server):
+    # llama-cpp-python answers HTTP 500 to "content": null (the fake server does too): every
+    # step after a tool call, and every resume after an interrupted call, used to fail
+    server.play(
+        sse([chunk({"role": "assistant", "content": None, "tool_calls": [
+            {"index": 0, "id": "c1", "type": "function", "function": {"name": "mul", "arguments": '{"a": 2, "b": 3}'}}]}),
+            chunk({}, "tool_calls")]),
+        sse(words("It is 6.")),
+    )
+    agent = We0Agent(make_model(server), tools=adder(Log()))
+    result = await agent.invoke(session_id="s", messages=[user_message("2*3?")])
+    assert result.text == "It is 6." and len(server.requests) == 2
+    sent = server.bodies()[1]["messages"][1]
+    assert sent["role"] == "assistant" and sent["content"] == "" and sent["tool_calls"][0]["id"] == "c1"
+
+
+async def test_the_fake_server_refuses_null_content_like_llama_cpp_python(server):
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=server.url, api_key="x", max_retries=0)
+    try:
+        with pytest.raises(Exception, match="validation error"):
+            await client.chat.completions.create(model="m", messages=[
+                {"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": []}])
+    finally:
+        await client.close()
+
+
+async def test_a_request_the_server_cannot_validate_is_not_retried(server):
+    server.play(status(500, {"error": {"message": "1 validation error:\n  {'loc': ('body', 'messages', 1)}",
+                                       "type": "internal_server_error"}}))
+    agent = We0Agent(make_model(server))
+    with pytest.raises(ModelProviderError, match="validation error") as info:
+        await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert info.value.status_code == 500 and len(server.requests) == 1
+
+
+class Answer(BaseModel):
+    city: str
+    celsius: int
+
+
+async def test_native_output_sends_the_json_schema_and_reads_the_text(server):
+    server.play(sse(words('{"city": "Lis', 'bon", "celsius": 24}')))
+    agent = We0Agent(make_model(server), output_type=Answer, output_mode="native")
+    result = await agent.invoke(session_id="s", messages=[user_message("warmest?")])
+    assert result.output == Answer(city="Lisbon", celsius=24)
+    body = server.bodies()[0]
+    fmt = body["response_format"]
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["name"] == "Answer"
+    assert fmt["json_schema"]["schema"]["properties"].keys() == {"city", "celsius"}
+    assert "tools" not in body and "tool_choice" not in body  # no output tool in native mode
+    # a finished native turn keeps its output on resume
+    again = await agent.invoke(mode="resume", session_id="s")
+    assert again.output == Answer(city="Lisbon", celsius=24) and len(server.requests) == 1
+
+
+async def test_native_output_in_the_llama_cpp_python_dialect(server):
+    server.checks.append(reject_json_schema)  # llama-cpp-python 0.3 answers 500 to "json_schema"
+    server.play(sse(words('{"city": "Oslo", "celsius": 9}')))
+    model = make_model(server, output_mode="native", native_format="json_object")
+    agent = We0Agent(model, output_type=Answer)  # the model's own output mode
+    result = await agent.invoke(session_id="s", messages=[user_message("q")])
+    assert result.output == Answer(city="Oslo", celsius=9)
+    assert server.bodies()[0]["response_format"] == {"type": "json_object", "schema": agent.output_schema}
+    with pytest.raises(ModelProviderError, match="json_object"):  # the other dialect is refused there
+        await We0Agent(make_model(server), output_type=Answer, output_mode="native").invoke(
+            session_id="t", messages=[user_message("q")])
+
+
+async def test_prompted_output_puts_the_schema_in_the_instructions(server):
+    server.play(sse(words("```json\n", '{"city": "Paris", "celsius": 17}', "\n```")))
+    agent = We0Agent(make_model(server), output_type=Answer, output_mode="prompted", system_prompt="Be brief.")
+    result = await agent.invoke(session_id="s", messages=[user_message("q")])
+    assert result.output == Answer(city="Paris", celsius=17)
+    body = server.bodies()[0]
+    system = body["messages"][0]
+    assert system["role"] == "system" and system["content"].startswith("Be brief.\n\n")
+    assert '"celsius"' in system["content"] and "JSON" in system["content"]
+    assert "response_format" not in body and "tools" not in body
+
+
+async def test_a_plain_text_answer_to_an_output_tool_request_is_asked_again(server):
+    server.play(
+        sse(words("The warmest is Lisbon.")),
+        sse([chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {
+            "name": "final_result", "arguments": '{"city": "Lisbon", "celsius": 24}'}}]}), chunk({}, "tool_calls")]),
+    )
+    agent = We0Agent(make_model(server), output_type=Answer)
+    result = await agent.invoke(session_id="s", messages=[user_message("q")])
+    assert result.output == Answer(city="Lisbon", celsius=24) and result.steps == 2
+    second = server.bodies()[1]["messages"]
+    assert second[-2] == {"role": "assistant", "content": "The warmest is Lisbon."}
+    assert second[-1]["role"] == "user" and "final_result" in second[-1]["content"]
+    t = await agent.transcript("s")
+    assert t.messages[2].info.role == "user" and t.messages[2].parts[0].synthetic
+
+
+async def test_truncation_is_visible_on_the_result(server):
+    server.play(sse(words("The answer is", finish="length")), sse(words("Done.")))
+    agent = We0Agent(make_model(server))
+    result = await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert result.finish_reason == "length" and result.truncated
+    assert result.text == "The answer is"
+    result = await agent.invoke(session_id="s", messages=[user_message("y")])
+    assert result.finish_reason == "stop" and not result.truncated
+
+
+async def test_an_empty_stream_says_so(server):
+    server.play(empty_stream())
+    agent = We0Agent(make_model(server))
+    with pytest.raises(ModelProviderError) as info:
+        await agent.invoke(session_id="s", messages=[user_message("x")])
+    text = str(info.value)
+    assert "empty stream" in text and "log" in text and "cut" not in text
+    assert len(server.requests) == 1  # the same request would fail the same way
+
+
+async def test_compaction_fires_on_an_estimate_when_the_server_sends_no_usage(server, caplog):
+    # llama-cpp-python ignores stream_options.include_usage: every step reported 0 tokens and
+    # a context_window did nothing
+    server.play(sse(words("Noted.")), sse(words("The user sent a long text.")))
+    model = make_model(server, context_window=300)
+    agent = We0Agent(model)
+    with caplog.at_level("WARNING", logger="we0nb.engine"):
+        result = await agent.invoke(session_id="s", messages=[user_message("word " * 400)])
+    assert result.result == "compact"
+    assert server.bodies()[1]["messages"][-1]["content"].startswith("The conversation above")
+    warned = [r for r in caplog.records if "no token usage" in r.getMessage()]
+    assert len(warned) == 1
+    server.play(sse(words("ok")), sse(words("Summary again.")))
+    with caplog.at_level("WARNING", logger="we0nb.engine"):
+        await agent.invoke(session_id="s2", messages=[user_message("word " * 400)])
+    assert len([r for r in caplog.records if "no token usage" in r.getMessage()]) == 1  # once per model
+
+
+async def test_tool_choice_decided_per_step(server):
+    server.play(
+        sse([chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                    "function": {"name": "mul", "arguments": '{"a": 2, "b": 3}'}}]}),
+             chunk({}, "tool_calls")]),
+        sse(words("6")),
+    )
+    seen: list[int] = []
+
+    def choose(request: ModelRequest):
+        seen.append(request.turn_steps)
+        return "mul" if request.turn_steps == 0 else None  # force the first step only
+
+    agent = We0Agent(make_model(server, tool_choice=choose), tools=adder(Log()))
+    result = await agent.invoke(session_id="s", messages=[user_message("2*3?")])
+    assert result.text == "6" and seen == [0, 1]
+    first, second = server.bodies()
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "mul"}}
+    assert "tool_choice" not in second
+
+
+def test_tool_choice_values(server):
+    req = ModelRequest(messages=[UserTurn("q")], tools=[ToolSchema("add", "d", {"type": "object"})])
+    assert "tool_choice" not in make_model(server).request_params(req)
+    assert make_model(server, tool_choice="auto").request_params(req)["tool_choice"] == "auto"
+    assert make_model(server, tool_choice="add").request_params(req)["tool_choice"] == {
+        "type": "function", "function": {"name": "add"}}
+    no_tools = ModelRequest(messages=[UserTurn("q")], tools=[])
+    assert "tool_choice" not in make_model(server, tool_choice="required").request_params(no_tools)
+    with pytest.raises(TypeError, match="tool_choice"):
+        make_model(server, tool_choice=3)
+    with pytest.raises(ValueError, match="output_mode"):
+        make_model(server, output_mode="json")
+    with pytest.raises(ValueError, match="native_format"):
+        make_model(server, native_format="grammar")
+
+
+async def test_an_empty_stream_for_an_oversized_prompt_is_a_context_overflow(server):
+    # llama-cpp-python checks the prompt's length inside the stream: 200 and an empty body
+    server.play(empty_stream(), sse(words("A summary.", usage={"prompt_tokens": 50, "completion_tokens": 3})))
+    agent = We0Agent(make_model(server, context_window=256))
+    result = await agent.invoke(session_id="s", messages=[user_message("word " * 400)])  # ~500 tokens
+    assert result.result == "compact"  # the overflow was recognised, and compaction answered it
+    t = await agent.transcript("s")
+    assert t.messages[1].info.error.reason == "ContextWindowExceeded"
+    assert "empty stream" in t.messages[1].info.error.message
+
+
+async def test_tool_arguments_with_a_raw_newline_in_a_string_are_accepted(server):
+    # SmolLM2 on llama-cpp-python wrote a literal newline inside a JSON string argument
+    server.play(
+        sse([chunk({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {
+            "name": "note", "arguments": '{"text": "line one\nline two"}'}}]}), chunk({}, "tool_calls")]),
+        sse(words("noted")),
+    )
+    notes: list[str] = []
+
+    @tool
+    def note(text: str) -> str:
+        """Write a note."""
+        notes.append(text)
+        return "ok"
+
+    result = await We0Agent(make_model(server), tools=[note]).invoke(session_id="s", messages=[user_message("x")])
+    assert result.text == "noted" and notes == ["line one\nline two"]

@@ -55,6 +55,7 @@ from .tools import AnyToolDefinition, ToolDefinition, ToolPolicy, tool
 if TYPE_CHECKING:  # the lazy names, for IDEs and type checkers
     from .mcp import MCPServer
     from .models.anthropic import AnthropicModel
+    from .models.local import local_model
     from .models.openai import OpenAIChatModel
     from .notebook.frames import expand_json, messages_df, parts_df, session_summary, sessions_df, tool_calls_df
     from .notebook.live import show
@@ -79,7 +80,7 @@ __all__ = [
     "We0Agent", "RunRequest", "RunResult", "user_message", "plan_recovery",
     "MemoryPersistence", "SqlPersistence", "Persistence",
     "tool", "AnyToolDefinition", "ToolDefinition", "ToolPolicy",
-    "Model", "ModelRequest", "ScriptedModel", "FunctionModel", "OpenAIChatModel", "AnthropicModel",
+    "Model", "ModelRequest", "ScriptedModel", "FunctionModel", "OpenAIChatModel", "AnthropicModel", "local_model",
     "text", "reasoning", "tool_call", "output", "usage", "fail",
     "Session", "UserMessage", "AssistantMessage", "MessageError", "Usage", "Transcript", "MessageWithParts",
     "Part", "TextPart", "ReasoningPart", "ToolPart", "StepStartPart", "StepFinishPart", "CompactionPart",
@@ -100,6 +101,7 @@ _LAZY = {
     "OpenAIChatModel": "we0nb.models.openai",
     "AnthropicModel": "we0nb.models.anthropic",
     "MCPServer": "we0nb.mcp",
+    "local_model": "we0nb.models.local",
     "show": "we0nb.notebook.live",
     "sessions_df": "we0nb.notebook.frames",
     "messages_df": "we0nb.notebook.frames",

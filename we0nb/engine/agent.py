@@ -14,6 +14,7 @@ from ..persistence.memory import MemoryPersistence
 from ..tools import AnyToolDefinition, ToolDefinition, tool as make_tool
 from . import approval as _approval
 from . import revert as _revert
+from .output import prompted_instructions, resolve_output_mode
 from .run import Run
 from .request import RunRequest, RunResult, UserInput, build_request, check_session_id
 from .toolset import ToolSource, ToolTable, Toolset, split_tools
@@ -28,7 +29,9 @@ class We0Agent:
     functions are wrapped with the default, safe policy: side effects) and MCP servers
     (:class:`~we0nb.MCPServer`, each contributing its tools once connected); ``persistence``
     defaults to a fresh :class:`MemoryPersistence`. ``output_type`` asks for structured
-    output (then only :meth:`invoke` can be used). ``flush_interval`` bounds how much
+    output (then only :meth:`invoke` can be used); ``output_mode`` says how: ``"tool"``,
+    ``"native"`` or ``"prompted"`` (None: the model's own ``output_mode``), see
+    :mod:`we0nb.engine.output`. ``flush_interval`` bounds how much
     streamed text a crash can lose (seconds). ``compaction_threshold`` (share of
     ``model.context_window``, default 0.8; None turns compaction off) and
     ``compaction_prompt`` configure compaction (see :mod:`we0nb.engine.compaction`).
@@ -44,6 +47,7 @@ class We0Agent:
         output_type: Any = None,
         output_tool_name: str = "final_result",
         output_retries: int = 3,
+        output_mode: Optional[str] = None,
         max_steps: int = 50,
         flush_interval: float = 0.25,
         compaction_threshold: Optional[float] = 0.8,
@@ -79,11 +83,18 @@ class We0Agent:
         self.compaction_prompt = compaction_prompt
         self.output_adapter: Optional[TypeAdapter[Any]] = None
         self.output_schema: dict[str, Any] = {}
+        #: how structured output is asked for: "tool", "native" or "prompted" (see we0nb.engine.output)
+        self.output_mode = resolve_output_mode(output_mode, model)
+        #: the instructions prompted mode adds to the system prompt ("" otherwise)
+        self.output_prompt = ""
         output_entry = None
         if output_type is not None:
             self.output_adapter, self.output_schema = _output_schema(output_type)
-            output_entry = ToolSchema(output_tool_name, "Call this tool to return your final answer as structured "
-                                      "output.", self.output_schema)
+            if self.output_mode == "tool":
+                output_entry = ToolSchema(output_tool_name, "Call this tool to return your final answer as "
+                                          "structured output.", self.output_schema)
+            elif self.output_mode == "prompted":
+                self.output_prompt = prompted_instructions(self.output_schema)
         #: the Python tools and the tool sources (MCP servers); ``toolset.table`` is the current table
         #: (schemas computed once per change: JSON Schema generation is slow)
         self.toolset = Toolset(tuple(static.values()), sources, output_entry)

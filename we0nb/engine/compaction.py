@@ -3,7 +3,10 @@
 **When.** After every step, :meth:`Compactor.due` compares the step's reported input
 tokens with ``compaction_threshold × model.context_window`` (``We0Agent`` option, default
 0.8; ``None`` turns compaction off; a model without a ``context_window`` is never
-compacted on size). A step that fails with
+compacted on size). A step that reports no input tokens (servers that send no usage in
+streams, e.g. llama-cpp-python's) is measured by an estimate of the history instead (4
+characters a token, see :func:`estimate_history`), and the ``we0nb.engine`` logger warns
+once per model that it estimates. A step that fails with
 :class:`~we0nb.errors.ContextWindowExceeded` compacts too.
 
 **What.** The engine asks the model for a summary: a :class:`ModelRequest` with
@@ -35,7 +38,10 @@ window, lower the instruction's verbosity, or start a new session.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
+import json
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any, AsyncIterator, Optional, Sequence
 
 from .._ids import now
 from ..errors import CompactionError, ContextWindowExceeded, ModelError
@@ -49,7 +55,12 @@ from .processor import close_stream
 if TYPE_CHECKING:  # pragma: no cover
     from .state import RunState
 
-__all__ = ["Compactor", "DEFAULT_COMPACTION_PROMPT", "TAIL_NOTE", "estimate_tokens"]
+__all__ = ["Compactor", "DEFAULT_COMPACTION_PROMPT", "TAIL_NOTE", "estimate_tokens", "estimate_history"]
+
+log = logging.getLogger("we0nb.engine")
+
+#: the models already warned about (no usage reported: compaction estimates)
+_WARNED: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 DEFAULT_COMPACTION_PROMPT = (
     "The conversation above is getting too long for your context window. Write a summary of it "
@@ -70,6 +81,21 @@ _CUT = 2000
 def estimate_tokens(text: str) -> int:
     """A rough token count (4 characters a token) for when the model reports no usage."""
     return (len(text) + 3) // 4
+
+
+def estimate_history(history: Sequence[ModelMessage], system: Optional[str] = None, tools: Sequence[Any] = ()) -> int:
+    """A rough token count of a request (its texts, tool calls and tool schemas)."""
+    chars = len(system or "")
+    for m in history:
+        if isinstance(m, AssistantTurn):
+            chars += len(m.text) + sum(len(c.name) + len(json.dumps(c.input)) for c in m.tool_calls)
+        elif isinstance(m, ToolResult):
+            chars += len(m.content)
+        else:
+            chars += len(m.text)
+    for t in tools:
+        chars += len(t.name) + len(t.description) + len(json.dumps(t.parameters))
+    return (chars + 3) // 4 + 4 * len(history)  # (+4 a message: the chat template's own tokens)
 
 
 def _cut(text: str, limit: int) -> str:
@@ -159,7 +185,7 @@ class Compactor:
         last = self.state.messages[-1].info
         if last.role != "assistant":
             return False
-        tokens = last.usage.input_tokens
+        tokens = last.usage.input_tokens or self._estimate()
         if tokens <= limit:
             return False
         if self._first_after_summary():
@@ -172,6 +198,22 @@ class Compactor:
             )
         self._trigger = tokens
         return True
+
+    def _estimate(self) -> int:
+        """The history's size when the model reported no input tokens (warned once per model)."""
+        state, model = self.state, self.state.agent.model
+        try:
+            first = model not in _WARNED
+            if first:
+                _WARNED.add(model)
+        except TypeError:  # not weak-referenceable: warn every time rather than never
+            first = True
+        if first:
+            log.warning("%s reports no token usage, so compaction estimates the context from the text "
+                        "(4 characters a token). If its server can send usage in streams, turn it on.",
+                        getattr(model, "model_id", type(model).__name__))
+        return estimate_history(state.history.build(state.messages), state.agent.system_prompt,
+                                state.agent.tool_schemas)
 
     # ------------------------------------------------------------------ the summary
 

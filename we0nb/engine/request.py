@@ -74,6 +74,10 @@ class RunRequest(_Displayable):
 class RunResult(_Displayable):
     """How a run ended.
 
+    ``finish_reason`` is the model's reason for ending the last step: ``"stop"``,
+    ``"length"`` when the reply was cut at the token limit (``truncated`` is then True),
+    ``"content-filter"``, … (None when no step ran).
+
     ``result``: ``"stop"`` (the turn is over), ``"compact"`` (the history was summarised;
     resume continues) or ``"approval"`` (calls wait for a person's decision: they are in
     ``approvals``, in call order; approve or deny them, then resume).
@@ -88,6 +92,12 @@ class RunResult(_Displayable):
     usage: Usage = field(default_factory=Usage)
     run_id: str = ""
     approvals: list[ToolPart] = field(default_factory=list)
+    finish_reason: Optional[str] = None
+
+    @property
+    def truncated(self) -> bool:
+        """The last reply was cut at the token limit (``max_tokens``): the text is incomplete."""
+        return self.finish_reason == "length"
 
 
 def build_request(*, abort: Optional[asyncio.Event] = None, mode: str = "prompt",

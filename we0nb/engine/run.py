@@ -179,6 +179,7 @@ class Run:
             steps=state.steps,
             usage=state.usage,
             run_id=self.req.run_id,
+            finish_reason=last.info.finish_reason if last else None,  # type: ignore[union-attr]
         )
 
     # ------------------------------------------------------------------ start-up
@@ -286,10 +287,8 @@ class Run:
         messages = self.state.messages
         if not messages:
             return False
-        for p in messages[-1].tool_parts if messages[-1].info.role == "assistant" else ():
-            if output.is_output_call(p.tool) and p.state.status == "completed":
-                output.take_stored(p)
-                return False
+        if output.stored(messages[-1]):  # the turn already ended with its structured output
+            return False
         return recovered or turn_pending(messages)
 
     # ------------------------------------------------------------------ one step
@@ -356,4 +355,5 @@ class Run:
         await writer.write(info, sf, final=msg)
         for ev in events:
             yield ev
-        output.after_step(msg.parts)
+        for ev in await output.after_step(msg):  # (an invalid answer: a message asking again)
+            yield ev

@@ -17,7 +17,7 @@ from ..tools import AnyToolDefinition, ToolPolicy
 from .abort import AbortScope
 from .history import HistoryCache
 from .request import RunRequest
-from .toolset import ToolTable
+from .toolset import ToolTable, Toolset
 from .writer import Writer
 
 __all__ = ["RunState", "AgentSettings"]
@@ -28,12 +28,16 @@ class AgentSettings(Protocol):
 
     model: Model
     persistence: Persistence
+    toolset: Toolset
     tools_by_name: Mapping[str, AnyToolDefinition]
     tool_schemas: tuple[ToolSchema, ...]
     system_prompt: Optional[str]
     output_type: Any
     output_tool_name: str
     output_adapter: Any
+    output_schema: dict[str, Any]
+    output_mode: str
+    output_prompt: str
     output_retries: int
     max_steps: int
     flush_interval: float
@@ -104,11 +108,17 @@ class RunState:
 
     def model_request(self) -> ModelRequest:
         agent = self.agent
+        mode = agent.output_mode if agent.output_type is not None else None
+        system = agent.system_prompt
+        if agent.output_prompt:  # prompted structured output: the schema goes with the instructions
+            system = f"{system}\n\n{agent.output_prompt}" if system else agent.output_prompt
         return ModelRequest(
             messages=self.history.build(self.messages),
             tools=list(self.tools.schemas),
-            system=agent.system_prompt,
-            output_tool=agent.output_tool_name if agent.output_type is not None else None,
+            system=system,
+            output_tool=agent.output_tool_name if mode == "tool" else None,
+            output_mode=mode,  # type: ignore[arg-type]
+            output_schema=agent.output_schema if mode is not None else None,
         )
 
     # ------------------------------------------------------------------ user messages

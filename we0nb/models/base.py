@@ -22,6 +22,7 @@ __all__ = [
     "ModelMessage",
     "ToolSchema",
     "ModelRequest",
+    "OutputMode",
     "TextDelta",
     "ReasoningDelta",
     "ReasoningEnd",
@@ -90,15 +91,42 @@ class ToolSchema:
     parameters: dict[str, Any]
 
 
+#: how structured output is asked for: the model calls an output tool ("tool"), the server
+#: constrains the reply to the JSON schema ("native"), or the instructions ask for JSON ("prompted")
+OutputMode = Literal["tool", "native", "prompted"]
+
+
 @dataclass
 class ModelRequest:
-    """What one model call receives. ``output_tool`` names the structured-output tool, if any."""
+    """What one model call receives.
+
+    With structured output, ``output_mode`` says how it is asked for and ``output_schema``
+    is its JSON schema; in ``"tool"`` mode ``output_tool`` names the output tool (listed in
+    ``tools``), in the other modes the reply's text is the JSON answer.
+    """
 
     messages: list[ModelMessage]
     tools: list[ToolSchema]
     system: Optional[str] = None
     output_tool: Optional[str] = None
     purpose: Literal["step", "summary"] = "step"
+    output_mode: Optional[OutputMode] = None
+    output_schema: Optional[dict[str, Any]] = None
+
+    @property
+    def turn_steps(self) -> int:
+        """How many model steps of the current turn came before this one (0: the turn's first).
+
+        Counts the assistant turns after the last user turn, e.g. to force a tool call on the
+        first step only: ``tool_choice=lambda r: "get_weather" if r.turn_steps == 0 else None``.
+        """
+        n = 0
+        for m in reversed(self.messages):
+            if isinstance(m, UserTurn):
+                break
+            if isinstance(m, AssistantTurn):
+                n += 1
+        return n
 
 
 # --------------------------------------------------------------------------- events
@@ -149,6 +177,8 @@ class Model(abc.ABC):
     model_id: str = "model"
     #: the context window in tokens (used by compaction); None when unknown
     context_window: Optional[int] = None
+    #: the structured-output mode this model works with when the agent does not choose one
+    output_mode: OutputMode = "tool"
 
     @abc.abstractmethod
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:

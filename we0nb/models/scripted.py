@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional, Sequence, Union
@@ -144,6 +145,9 @@ async def _play(items: Sequence[ScriptItem], request: ModelRequest, delay: float
             value = item.value
             if isinstance(value, BaseModel):
                 value = value.model_dump(mode="json")
+            if request.output_mode in ("native", "prompted"):  # the answer is the reply's text
+                yield TextDelta(json.dumps(value))
+                continue
             has_calls = True
             yield ToolCallEvent(new_id("call"), request.output_tool or DEFAULT_OUTPUT_TOOL, value)
         elif isinstance(item, _Usage):

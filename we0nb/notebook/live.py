@@ -26,6 +26,10 @@ from . import html as H
 
 __all__ = ["LiveView", "show", "ipython_display"]
 
+#: said under a run whose last reply was cut at the token limit (RunResult.truncated)
+TRUNCATED = ("Truncated: the last reply was cut at the token limit (finish_reason \"length\"); "
+             "raise max_tokens to get the whole answer.")
+
 Bundle = dict[str, str]
 
 
@@ -362,6 +366,8 @@ class LiveView:
             r = self.result
             out.append(f"<div class='we0-note'>result {H.esc(r.result)} · {H.esc(r.steps)} step(s) · "
                        f"tokens {H.esc(r.usage.input_tokens)} in / {H.esc(r.usage.output_tokens)} out</div>")
+            if getattr(r, "truncated", False):
+                out.append(f"<div class='we0-warn'>{H.esc(TRUNCATED)}</div>")
         return "".join(out)
 
     def html(self, final: bool = False) -> str:
@@ -382,6 +388,8 @@ class LiveView:
             lines.append("aborted: everything so far is persisted; unfinished calls wait for a resume")
         if self.error is not None:
             lines.append(f"error: {type(self.error).__name__}: {self.error}")
+        if getattr(self.result, "truncated", False):
+            lines.append(TRUNCATED)
         return "\n".join(lines)
 
     def bundle(self, final: bool = False) -> Bundle:

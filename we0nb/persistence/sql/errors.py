@@ -66,6 +66,9 @@ def _advice(e: BaseException, where: str) -> str:
     if is_busy(e):
         return (f"The database {where} stayed locked by another connection for longer than busy_timeout "
                 f"({text}). Try again, or raise SqlPersistence(busy_timeout=...).")
+    if code.startswith("SQLITE_CANTOPEN") or "unable to open database" in low:
+        return (f"Cannot open the database {where} ({text}): the path must be a file (or a place for one) "
+                "in a folder you can read and write.")
     if code in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in low or "malformed" in low:
         return (f"The database {where} is not a we0nb database or is damaged ({text}). "
                 "Point SqlPersistence at another file, or restore this one from a backup.")

@@ -135,7 +135,7 @@ class InlineSqlite:
                 return self._call(fn, *args)
             except Busy as b:
                 if time.monotonic() >= deadline:
-                    raise wrap(b.error, f"SQLite {self.where}") from b.error
+                    raise wrap(b.error, self.where) from b.error
             delay = min(delay * 2, self.MAX_BACKOFF)
 
     def _call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -147,7 +147,7 @@ class InlineSqlite:
             except sqlite3.Error as e:
                 if is_busy(e):
                     raise Busy(e) from None
-                raise wrap(e, f"SQLite {self.where}") from e
+                raise wrap(e, self.where) from e
 
     def _execute(self, conn: sqlite3.Connection, key: str, params: dict[str, Any]) -> int:
         n = conn.execute(_SQL[key], params).rowcount
@@ -190,7 +190,7 @@ class InlineSqlite:
             conn = sqlite3.connect(self.database, uri=self.uri, isolation_level=None,
                                    check_same_thread=False, timeout=0)
         except sqlite3.Error as e:
-            raise PersistenceError(f"Cannot open the SQLite database {self.where}: {e}.") from e
+            raise wrap(e, self.where) from e
         try:
             sqlite_pragmas(conn, self.synchronous, 0)  # never wait on the loop: _retry waits
             self.wal = conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"

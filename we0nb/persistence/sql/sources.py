@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, Optional
 from urllib.parse import unquote
 
 from ...errors import PersistenceError
-from .errors import raise_persistence_error
+from .errors import wrap
 
 __all__ = ["Source", "driver_errors", "engine_for", "persistence_of", "read_error", "sqlite_file", "sync_url",
            "where_of"]
@@ -38,22 +38,8 @@ def where_of(url: Any) -> str:
 
 
 def read_error(e: BaseException, where: str, dialect: str, *, opening: bool = False) -> PersistenceError:
-    """A driver error as the PersistenceError SqlPersistence raises for the same cause."""
-    orig = getattr(e, "orig", None) or e
-    try:
-        # e.g. a read-only database: SqlPersistence's own wording (it names a SQLite file "SQLite '…'")
-        raise_persistence_error(orig, f"SQLite {where}" if dialect == "sqlite" else where)
-    except PersistenceError as wrapped:
-        return wrapped
-    except Exception:  # noqa: BLE001 - what it hands back is worded here
-        pass
-    lines = str(orig).strip().splitlines()
-    text = lines[0].rstrip(".") if lines else type(orig).__name__
-    if dialect == "sqlite":  # as SqlPersistence: only SQLITE_CANTOPEN is "cannot open" (the rest comes later)
-        opening = "unable to open" in text
-    else:  # SQLAlchemy's error without a statement: the connection failed
-        opening = opening or (orig is not e and getattr(e, "statement", "") is None)
-    return PersistenceError(f"Cannot {'open' if opening else 'use'} the {_kind(dialect)} database {where}: {text}.")
+    """A driver error as the PersistenceError SqlPersistence raises for the same cause (same words)."""
+    return wrap(getattr(e, "orig", None) or e, where)
 
 
 def driver_errors() -> tuple[type, ...]:
