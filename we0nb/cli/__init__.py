@@ -7,6 +7,7 @@
     we0nb resume SESSION        # resume it (the demo's tools and model)
     we0nb sessions              # list the sessions of the database
     we0nb show SESSION          # print a session's transcript and tool table
+    we0nb batch ls              # list the batches (agent.batch) of the database; batch show NAME
     we0nb lab                   # open the tutorial notebooks in JupyterLab
 
 The commands that use a database take ``--db URL`` (a SQLAlchemy URL such as
@@ -25,7 +26,7 @@ import sys
 import traceback
 from typing import Any, Optional, Sequence
 
-from . import browse, demo, lab
+from . import batch, browse, demo, lab
 from ._common import EXIT_INTERRUPTED, CliError, CtrlC
 from ._db import DEFAULT_DB
 from .demo_agent import DEMO_PROMPT, demo_agent
@@ -53,7 +54,7 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     parser.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands: dict[str, argparse.ArgumentParser] = {}
-    for module in (demo, browse, lab):
+    for module in (demo, browse, batch, lab):
         commands.update(module.add_parsers(sub, db, common))
     return parser, commands
 
