@@ -295,15 +295,17 @@ def test_abort_click_while_another_cell_awaits_stops_the_run(tmp_path, artifacts
                 }""", timeout=180_000)
                 clicked = time.time()
                 page.click("button.we0-abort")
-                page.wait_for_function("""() => {
-                    // JupyterLab renders only the cells in view: keep the last one in view
+                found = page.wait_for_function("""() => {
+                    // JupyterLab renders only the cells in view: keep the last one in view, and read
+                    // the text here (the element may be unrendered again a moment later)
                     const scroller = document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer');
                     if (scroller) scroller.scrollTop = scroller.scrollHeight;
-                    return [...document.querySelectorAll('.jp-OutputArea-output')]
-                        .some(e => e.innerText.includes('orders:'));
+                    const el = [...document.querySelectorAll('.jp-OutputArea-output')]
+                        .find(e => e.innerText.includes('orders:'));
+                    return el ? el.innerText : false;
                 }""", timeout=180_000)
                 seen = time.time()
-                out = page.locator(".jp-OutputArea-output:has-text('orders:')").inner_text()
+                out = found.json_value()
                 page.screenshot(path=str(artifacts / f"abort-while-awaiting-{version}.png"), full_page=True)
                 assert f"| ipykernel {version}" in out, out
                 assert "orders: [] | status: aborted" in out, out  # the side effect never ran

@@ -245,7 +245,8 @@ async def _assert_long_session_ids_work(p: SqlPersistence, raw, name: str) -> No
         widths = raw("SELECT table_name, column_name, character_maximum_length FROM information_schema.columns "
                      "WHERE table_schema = current_schema() AND (column_name = 'session_id' OR "
                      "(table_name = 'we0_sessions' AND column_name = 'id'))")
-        assert sorted(widths) == sorted((t, c, S.SESSION_ID_MAX) for t, c in _SESSION_ID_COLUMNS)
+        every = [*_SESSION_ID_COLUMNS, ("we0_batch_items", "session_id")]  # (schema 4: the batch items too)
+        assert sorted(widths) == sorted((t, c, S.SESSION_ID_MAX) for t, c in every)
     long_id = "s" * S.SESSION_ID_MAX
     agent = We0Agent(ScriptedModel([[text("long")]]), persistence=p)
     await agent.invoke(mode="prompt", session_id=long_id, messages=[user_message("hi")])
@@ -265,7 +266,7 @@ async def test_schema_version_2_is_upgraded_in_place_and_takes_long_session_ids(
     q = make()
     assert [s.id for s in await q.list_sessions()] == ["s"]  # opens and upgrades
     assert raw("SELECT value FROM we0_meta WHERE key = 'schema_version'") == [(str(S.SCHEMA_VERSION),)]
-    assert S.SCHEMA_VERSION == 3
+    assert S.SCHEMA_VERSION == 4  # (4: the batch tables)
     assert len((await q.load_recent("s")).earlier) == 1  # the views of version 2 are still used
     await _assert_long_session_ids_work(q, raw, name)
     await q.close()

@@ -218,6 +218,7 @@ async def test_server_killed_mid_stream_then_restarted_and_resumed(server, model
     t = await agent.transcript("s")
     assert t.messages[-1].info.error is not None and t.messages[-1].info.time.completed is None
     assert t.messages[-1].text == deltas(seen) != ""  # what streamed before the kill is persisted
+    await asyncio.to_thread(server.process.wait)  # dead and reaped (else start() sees it still running)
     await asyncio.to_thread(server.start)  # the same port: the model needs no change
     result = await agent.invoke(mode="resume", session_id="s")
     assert result.text

@@ -60,6 +60,8 @@ if TYPE_CHECKING:  # the lazy names, for IDEs and type checkers
     from .notebook.frames import expand_json, messages_df, parts_df, session_summary, sessions_df, tool_calls_df
     from .notebook.live import show
     from .notebook.plots import plot_timeline, plot_tools
+    from .batch import BatchResult
+    from .notebook.batch_frames import batch_df, batches_df
     from .persistence.sql import SqlPersistence
 
 
@@ -89,6 +91,7 @@ __all__ = [
     "MissingExtraError", "MCPServer", "MCPServerError",
     "show", "sessions_df", "messages_df", "parts_df", "tool_calls_df", "session_summary", "expand_json",
     "plot_timeline", "plot_tools",
+    "BatchResult", "batches_df", "batch_df",
     "load_ipython_extension",
 ]
 
@@ -108,6 +111,9 @@ _LAZY = {
     "expand_json": "we0nb.notebook.frames",
     "plot_timeline": "we0nb.notebook.plots",
     "plot_tools": "we0nb.notebook.plots",
+    "BatchResult": "we0nb.batch",
+    "batches_df": "we0nb.notebook.batch_frames",
+    "batch_df": "we0nb.notebook.batch_frames",
 }
 
 

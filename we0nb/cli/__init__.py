@@ -10,6 +10,7 @@
     we0nb demo --approve        # the demo's orders wait for a person's approval
     we0nb approvals             # list the tool calls that await a decision
     we0nb approve SESSION CALL  # approve one (--input JSON: corrected arguments); deny: --reason TEXT
+    we0nb batch ls              # list the batches (agent.batch) of the database; batch show NAME
     we0nb lab                   # open the tutorial notebooks in JupyterLab
 
 The commands that use a database take ``--db URL`` (a SQLAlchemy URL such as
@@ -28,7 +29,7 @@ import sys
 import traceback
 from typing import Any, Optional, Sequence
 
-from . import approvals, browse, demo, lab
+from . import approvals, batch, browse, demo, lab
 from ._common import EXIT_INTERRUPTED, CliError, CtrlC
 from ._db import DEFAULT_DB
 from .demo_agent import DEMO_PROMPT, demo_agent
@@ -57,7 +58,7 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     parser.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands: dict[str, argparse.ArgumentParser] = {}
-    for module in (demo, browse, approvals, lab):
+    for module in (demo, browse, approvals, batch, lab):
         commands.update(module.add_parsers(sub, db, common))
     return parser, commands
 

@@ -186,6 +186,26 @@ class We0Agent:
         check_session_id(session_id)
         return _revert.mark_transcript(await self.persistence.load_transcript(session_id), include_reverted)
 
+    # ------------------------------------------------------------------ batches
+
+    async def batch(self, prompts: Any, *, name: Optional[str] = None, concurrency: int = 8,
+                    abort: Optional[asyncio.Event] = None, progress: bool = True,
+                    session_ids: Optional[Sequence[str]] = None, max_failures: Optional[int] = None,
+                    retry_failed: bool = False) -> Any:
+        """Run many prompts, each as a session of its own, ``concurrency`` at a time; a ``BatchResult``.
+
+        The batch is persisted under ``name`` (generated when omitted): the same call again
+        continues it (ended items skipped, unfinished ones resumed), and the same call in other
+        processes on the same database shares the work. ``abort`` stops it promptly (no raise);
+        ``max_failures`` stops it after that many failed items; ``retry_failed`` resumes failed
+        items too. See :mod:`we0nb.batch` and the README's "Batch runs".
+        """
+        from ..batch import run_batch  # (the batch package builds on the engine, not the reverse)
+
+        return await run_batch(self, prompts, name=name, concurrency=concurrency, abort=abort,
+                               progress=progress, session_ids=session_ids, max_failures=max_failures,
+                               retry_failed=retry_failed)
+
     # ------------------------------------------------------------------ approvals
 
     async def pending_approvals(self, session_id: str) -> list[ToolPart]:

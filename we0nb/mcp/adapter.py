@@ -12,15 +12,14 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..messages import Attachment
 from ..tools import ToolDefinition, ToolError, ToolInputError, ToolPolicy, ToolReturn, parse_arguments
+from .endpoint import Endpoint
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .server import MCPServer
 
 __all__ = ["MCPTool", "PolicyOptions", "tool_policy", "make_tool", "to_return", "call_error"]
 
@@ -40,7 +39,7 @@ class MCPTool(ToolDefinition[Any]):
     """A tool of an MCP server. ``name`` is what the agent and the model see (``prefix`` +
     ``remote_name``); calls go to the server under ``remote_name``."""
 
-    server: Optional["MCPServer"] = None
+    server: Optional[Endpoint] = None
     remote_name: str = ""
     input_schema: dict[str, Any] = field(default_factory=dict)
     #: the tool's annotations as the server sent them (hint name -> value, None when absent)
@@ -104,7 +103,7 @@ def tool_policy(name: str, hints: Mapping[str, Any], opts: PolicyOptions) -> tup
     return ToolPolicy(requires_approval=approval), "default"
 
 
-def make_tool(server: "MCPServer", tool: Any, opts: PolicyOptions, prefix: str) -> MCPTool:
+def make_tool(server: Endpoint, tool: Any, opts: PolicyOptions, prefix: str) -> MCPTool:
     """One listed MCP tool (an ``mcp.types.Tool``) as a definition the agent can call."""
     ann = tool.annotations
     hints = {h: getattr(ann, h, None) for h in HINTS} if ann is not None else {h: None for h in HINTS}
@@ -126,7 +125,7 @@ def make_tool(server: "MCPServer", tool: Any, opts: PolicyOptions, prefix: str) 
     )
 
 
-def _validator(schema: dict[str, Any], server: "MCPServer", name: str) -> Any:
+def _validator(schema: dict[str, Any], server: Endpoint, name: str) -> Any:
     """A compiled JSON Schema validator (None, with a warning, for a schema that is not valid)."""
     from jsonschema import validators
     from jsonschema.exceptions import SchemaError

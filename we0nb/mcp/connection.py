@@ -16,12 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 from ..errors import MCPServerError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .server import MCPServer
+from .endpoint import Endpoint
 
 __all__ = ["Connection"]
 
@@ -72,7 +70,7 @@ class _Watched:
 class Connection:
     """A connection being opened, open, or ended (``dead`` says why); see the module docstring."""
 
-    def __init__(self, server: "MCPServer") -> None:
+    def __init__(self, server: Endpoint) -> None:
         self.server = server
         loop = asyncio.get_running_loop()
         self.session: Any = None

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .server import MCPServer
+from .endpoint import Endpoint
 
 __all__ = ["server_html"]
 
 
-def server_html(server: "MCPServer") -> str:
+def server_html(server: Endpoint) -> str:
     from ..notebook.html import esc, wrap  # the notebook layer, imported only when rendering
 
     head = (f"<div><span class='we0-role'>{esc(server.label)}</span> "

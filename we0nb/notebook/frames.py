@@ -267,8 +267,18 @@ def _warn_corrupt(view: str, where: str, rows: list[CorruptRow]) -> None:
         "(ids above) to see it.", RuntimeWarning, stacklevel=4)
 
 
-def sessions_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = None, until: TimeLike = None) -> pd.DataFrame:
-    """One row per session: id, title, created/updated (UTC), duration, message count, revert point."""
+def sessions_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = None, until: TimeLike = None,
+                batch: Optional[str] = None) -> pd.DataFrame:
+    """One row per session: id, title, created/updated (UTC), duration, message count, revert point.
+
+    ``batch``: only the sessions of that batch's items (see :func:`~we0nb.batch_df`).
+    """
+    if batch is not None:
+        from .batch_frames import batch_session_ids
+
+        ids = batch_session_ids(p, batch)
+        wanted = _session_ids(session_id)
+        session_id = ids if wanted is None else [s for s in ids if s in set(wanted)]
     return _view("sessions_df", p, session_id, since, until, SESSION_COLUMNS, None, SqlReader.sessions,
                  _port_sessions)
 

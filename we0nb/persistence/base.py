@@ -16,6 +16,7 @@ from typing import Optional, Sequence, Union
 from ..errors import LeaseLostError
 from ..messages import AssistantMessage, MessageWithParts, Part, Session, Transcript, UserMessage
 from ..models.base import ModelMessage
+from .batches import BatchInfo, BatchItem, ItemEnd, NewItem
 
 __all__ = ["Persistence", "Lease", "lease_owner", "RecentHistory", "recent_start", "Batch"]
 
@@ -195,6 +196,57 @@ class Persistence(abc.ABC):
 
     @abc.abstractmethod
     async def release_lease(self, lease: Lease) -> None: ...
+
+    # ---- batches (see :mod:`we0nb.persistence.batches`; the runner is :mod:`we0nb.batch`)
+    async def open_batch(self, name: str, items: Sequence[NewItem], *, session_ids_given: bool,
+                         now: float) -> BatchInfo:
+        """Create the batch ``name`` with ``items``, or load it when it exists (one transaction).
+
+        An existing batch must hold the same prompts (and the same session ids when
+        ``session_ids_given``): else ValueError naming the batch and the first item that differs.
+        """
+        raise self._no_batches()
+
+    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float,
+                                expires: float) -> list[BatchItem]:
+        """Claim up to ``n`` claimable items (queued, claim expired), in item order: each becomes
+        ``running``, held by ``owner`` (``host:pid:worker``, see :func:`lease_owner`) until
+        ``expires``, its ``attempts`` counted. Two claimers
+        never get the same item (one statement: an atomic UPDATE; PostgreSQL skips locked rows)."""
+        raise self._no_batches()
+
+    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> int:
+        """Push the expiry of every item ``owner`` holds to ``expires``; returns how many it holds."""
+        raise self._no_batches()
+
+    async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
+        """Record the end of ``owner``'s run of ``item``; False (and nothing written) when
+        ``owner`` no longer holds it (its claim lapsed and another worker took it)."""
+        raise self._no_batches()
+
+    async def requeue_batch_items(self, name: str, items: Sequence[int]) -> int:
+        """Queue ended items to run again (failed ones for a retry, decided approvals); running
+        items are left alone. Returns how many were queued."""
+        raise self._no_batches()
+
+    async def free_dead_claims(self, name: str, live: Sequence[str]) -> int:
+        """Make claimable at once the items held by a worker whose process is gone (same host,
+        PID not alive; or this PID and an owner not in ``live``). Returns how many."""
+        return 0
+
+    async def batch_items(self, name: str) -> list[BatchItem]:
+        """Every item of the batch, in item order (empty when there is no such batch)."""
+        raise self._no_batches()
+
+    async def list_batches(self, name: Optional[str] = None) -> list[BatchInfo]:
+        """Every batch (or only ``name``), by name, with its counts by status."""
+        raise self._no_batches()
+
+    def _no_batches(self) -> NotImplementedError:
+        return NotImplementedError(
+            f"{type(self).__name__} does not keep batches; use MemoryPersistence or SqlPersistence "
+            "(or implement the batch methods of the Persistence port)."
+        )
 
     # ---- lifecycle
     async def flush(self) -> None:

@@ -7,6 +7,7 @@ across successive ``asyncio.run()`` calls. The lease is per instance (one proces
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 from pydantic import TypeAdapter
@@ -14,6 +15,7 @@ from pydantic import TypeAdapter
 from ..errors import SessionBusyError
 from ..messages import Message, MessageWithParts, Part, Session, Transcript
 from .base import Batch, Lease, MessageInfo, Persistence, lease_owner
+from .batches import BatchInfo, BatchItem, ItemEnd, NewItem, check_same_prompts, fingerprint
 
 __all__ = ["MemoryPersistence"]
 
@@ -35,6 +37,8 @@ class MemoryPersistence(Persistence):
         self._sessions: dict[str, bytes] = {}
         self._messages: dict[str, dict[str, _Stored]] = {}
         self._leases: dict[str, str] = {}
+        self._batches: dict[str, tuple[BatchInfo, list[BatchItem]]] = {}
+        self._first_queued: dict[str, int] = {}  # per batch: no queued item before this index
 
     def __repr__(self) -> str:
         return f"MemoryPersistence(sessions={len(self._sessions)})"
@@ -113,3 +117,95 @@ class MemoryPersistence(Persistence):
     async def release_lease(self, lease: Lease) -> None:
         if self._leases.get(lease.session_id) == lease.owner:
             del self._leases[lease.session_id]
+
+    # ------------------------------------------------------------------ batches (one process)
+
+    async def open_batch(self, name: str, items: Sequence[NewItem], *, session_ids_given: bool,
+                         now: float) -> BatchInfo:
+        fp = fingerprint(items)
+        got = self._batches.get(name)
+        if got is None:
+            info = BatchInfo(name=name, created=now, updated=now, items=len(items), fingerprint=fp)
+            rows = [BatchItem(batch=name, item=i, session_id=it.session_id, prompt=it.prompt)
+                    for i, it in enumerate(items)]
+            self._batches[name] = (info, rows)
+            return _info(info, rows)
+        info, rows = got
+        if info.fingerprint != fp or info.items != len(items) or session_ids_given:
+            check_same_prompts(name, [(r.prompt, r.session_id) for r in rows], items, session_ids_given)
+        return _info(info, rows)
+
+    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float,
+                                expires: float) -> list[BatchItem]:
+        out: list[BatchItem] = []
+        rows = self._rows(name)
+        start = self._first_queued.get(name, 0)
+        while start < len(rows) and not rows[start].queued:
+            start += 1
+        self._first_queued[name] = start
+        for r in rows[start:]:
+            if len(out) >= n:
+                break
+            if r.queued and r.expires < now:
+                r.status, r.owner, r.expires = "running", owner, expires
+                r.attempts += 1
+                if r.started is None:
+                    r.started = now
+                out.append(dataclasses.replace(r))
+        return out
+
+    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> int:
+        held = [r for r in self._rows(name) if r.owner == owner and r.status == "running"]
+        for r in held:
+            r.expires = expires
+        return len(held)
+
+    async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
+        rows = self._rows(name)
+        r = rows[item] if 0 <= item < len(rows) else None
+        if r is None or r.owner != owner or r.status != "running":
+            return False
+        r.status, r.queued, r.owner, r.expires = end.status, end.queued, None, end.not_before
+        if end.queued:
+            self._first_queued[name] = min(self._first_queued.get(name, 0), item)
+        r.attempts, r.started = end.attempts, end.started
+        r.finished = end.finished
+        r.duration += end.run_time
+        r.text, r.output, r.error = end.text, end.output, end.error
+        r.steps, r.tool_calls = end.steps, end.tool_calls
+        r.input_tokens, r.output_tokens = end.input_tokens, end.output_tokens
+        if end.finished is not None:
+            info = self._batches[name][0]
+            info.updated = max(info.updated, end.finished)
+        return True
+
+    async def requeue_batch_items(self, name: str, items: Sequence[int]) -> int:
+        rows, n = self._rows(name), 0
+        for i in items:
+            if 0 <= i < len(rows) and rows[i].status != "running" and not rows[i].queued:
+                rows[i].queued, rows[i].expires = True, 0.0
+                self._first_queued[name] = min(self._first_queued.get(name, 0), i)
+                n += 1
+        return n
+
+    async def batch_items(self, name: str) -> list[BatchItem]:
+        return [dataclasses.replace(r) for r in self._rows(name)]
+
+    async def list_batches(self, name: Optional[str] = None) -> list[BatchInfo]:
+        names = sorted(self._batches) if name is None else [name] if name in self._batches else []
+        return [_info(*self._batches[k]) for k in names]
+
+    def _rows(self, name: str) -> list[BatchItem]:
+        got = self._batches.get(name)
+        return got[1] if got is not None else []
+
+
+def _info(info: BatchInfo, rows: Sequence[BatchItem]) -> BatchInfo:
+    """A copy of ``info`` with its counts."""
+    counts: dict[str, int] = {}
+    unfinished = 0
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+        if r.queued or r.status == "running":
+            unfinished += 1
+    return dataclasses.replace(info, counts=counts, unfinished=unfinished)

@@ -197,6 +197,27 @@ class SqlReader:
         if not found:
             raise ValueError(f"{self.where} has no we0nb tables ({T.parts.name} …): is it a SqlPersistence database?")
 
+    # ------------------------------------------------------------------ batches (few rows: read as records)
+
+    def batches(self) -> list[Any]:
+        """Every batch with its counts (:class:`~we0nb.persistence.batches.BatchInfo`); none without the tables."""
+        from .batches import read_infos
+
+        return self._records(read_infos)
+
+    def batch_items(self, name: str) -> list[Any]:
+        """The items of batch ``name`` (:class:`~we0nb.persistence.batches.BatchItem`), in item order."""
+        from .batches import read_items
+
+        return self._records(lambda conn: read_items(conn, name))
+
+    def _records(self, read: Callable[[Any], list[Any]]) -> list[Any]:
+        with self._connection() as conn:
+            try:
+                return read(conn)
+            except driver_errors() as e:
+                self._fail(e)
+
     # ------------------------------------------------------------------ views
 
     def sessions(self, ids: Optional[Sequence[str]] = None, since: Optional[int] = None,

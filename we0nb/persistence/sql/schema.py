@@ -10,7 +10,8 @@ once never race. Two small adapters give the routine a connection: :class:`Sqlit
 ``Connection`` in a transaction: the async engine through ``run_sync``, and ``sync_engine()``).
 
 Versions: 1 the first tables; 2 the model-view cache (column, triggers) and a partial tool
-index; 3 session-id columns widened from 64 to :data:`~.tables.SESSION_ID_MAX` characters.
+index; 3 session-id columns widened from 64 to :data:`~.tables.SESSION_ID_MAX` characters;
+4 the batch tables (``we0_batches``, ``we0_batch_items``).
 """
 
 from __future__ import annotations
@@ -141,6 +142,10 @@ def upgrade(version: int, dialect: str) -> list[str]:
     if version < 3 and dialect == "postgresql":  # 2 → 3: session ids up to SESSION_ID_MAX characters
         for table, name in _SESSION_ID_COLUMNS:
             out.append(f"ALTER TABLE {table.name} ALTER COLUMN {name} TYPE {table.c[name].type.compile(dialect=d)}")
+    if version < 4:  # 3 → 4: the batch tables
+        for table in (S.batches, S.batch_items):
+            out.append(str(CreateTable(table, if_not_exists=True).compile(dialect=d)))
+            out.extend(str(CreateIndex(i, if_not_exists=True).compile(dialect=d)) for i in table.indexes)
     return out
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional
 
-from sqlalchemy import bindparam, delete, func, literal_column, select, table, column, update
+from sqlalchemy import and_, bindparam, delete, false, func, literal_column, select, table, column, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from . import tables as S
@@ -98,6 +98,62 @@ def _constructs(insert: Any, dialect: str) -> dict[str, tuple[Any, Optional[list
         "version_update": (update(meta).where(meta.c.key == bindparam("key")), ["value"]),
         "write_probe": (_upsert(insert, meta, "key"), None),
         "has_table": (has_table, None),
+        **_batch_constructs(insert),
+    }
+
+
+#: the item columns a claim returns and :func:`~.batches.item_from_row` reads, in this order
+ITEM_COLUMNS = ("batch", "item", "session_id", "prompt", "status", "queued", "owner", "expires", "attempts",
+                "started", "finished", "duration", "text", "output", "error", "steps", "tool_calls",
+                "input_tokens", "output_tokens")
+#: what ``batch_end`` sets (parameters of the same names)
+END_COLUMNS = ("status", "queued", "expires", "attempts", "started", "finished", "text", "output", "error", "steps",
+               "tool_calls", "input_tokens", "output_tokens")
+
+
+def _batch_constructs(insert: Any) -> dict[str, tuple[Any, Optional[list[str]]]]:
+    """The batch statements (``we0nb.persistence.batches``): ``b`` names the batch, ``holder`` the
+    owner that must hold an item's claim."""
+    B, I = S.batches, S.batch_items
+    b = bindparam("b")
+    running = literal_column("'running'")  # constants as SQL text (a literal() would be an unset parameter)
+    cols = [I.c[n] for n in ITEM_COLUMNS]
+    claimable = select(I.c.item).where(I.c.batch == b, I.c.queued == true(), I.c.expires < bindparam("now")) \
+        .order_by(I.c.item).limit(bindparam("n")).offset(literal_column("0")).with_for_update(skip_locked=True)
+    # a CTE, materialized: PostgreSQL must pick the rows once (an IN (subquery … LIMIT … SKIP LOCKED)
+    # may be rescanned per row and pick them all)
+    picked = claimable.cte("picked").prefix_with("MATERIALIZED")
+    claim = update(I).where(I.c.batch == b, I.c.item.in_(select(picked.c.item))).values(
+        status=running, owner=bindparam("owner"), host=bindparam("host"), pid=bindparam("pid"),
+        expires=bindparam("expires"), attempts=I.c.attempts + literal_column("1"),
+        started=func.coalesce(I.c.started, bindparam("now"))).returning(*cols)
+    mine = and_(I.c.batch == b, I.c.owner == bindparam("holder"), I.c.status == running)
+    null = literal_column("NULL")
+    end = update(I).where(mine, I.c.item == bindparam("item")).values(
+        owner=null, host=null, pid=null, duration=I.c.duration + bindparam("run_time"),
+        **{n: bindparam(n) for n in END_COLUMNS})
+    counts = select(I.c.batch, I.c.status, I.c.queued, func.count(), func.max(I.c.finished)) \
+        .group_by(I.c.batch, I.c.status, I.c.queued)
+    return {
+        "batch_insert": (insert(B).on_conflict_do_nothing(index_elements=[B.c.name]), None),
+        "batch_get": (select(B.c.name, B.c.created, B.c.updated, B.c["items"], B.c.fingerprint).where(B.c.name == b),
+                      None),
+        "batch_list": (select(B.c.name, B.c.created, B.c.updated, B.c["items"], B.c.fingerprint).order_by(B.c.name),
+                       None),
+        "batch_item_insert": (insert(I), None),
+        "batch_prompts": (select(I.c.prompt, I.c.session_id).where(I.c.batch == b).order_by(I.c.item), None),
+        "batch_claim": (claim, None),
+        "batch_renew": (update(I).where(mine).values(expires=bindparam("expires")), None),
+        "batch_end": (end, None),
+        "batch_requeue": (update(I).where(I.c.batch == b, I.c.item == bindparam("item"), I.c.queued == false(),
+                                          I.c.status != running)
+                          .values(queued=true(), expires=literal_column("0.0")), None),
+        "batch_owners": (select(I.c.owner, I.c.host, I.c.pid).distinct().where(
+            I.c.batch == b, I.c.status == running, I.c.owner.is_not(None)), None),
+        "batch_free": (update(I).where(mine).values(expires=literal_column("0.0")), None),
+        "batch_items": (select(*cols).where(I.c.batch == b).order_by(I.c.item), None),
+        "batch_counts": (counts.where(I.c.batch == b), None),
+        "batch_counts_all": (counts, None),
     }
 
 

@@ -42,6 +42,8 @@ from ...errors import CorruptRecordError, PersistenceError
 from ...messages import Part, Session, Transcript
 from ...models.view import load_views
 from ..base import Batch, Lease, MessageInfo, Persistence, RecentHistory, recent_start
+from ..batches import BatchInfo, BatchItem, ItemEnd, NewItem
+from . import batches as _batches
 from . import lease as leases
 from .engine import AsyncEngines, ensure_schema_on, install_events
 from .errors import driver_errors, wrap
@@ -269,6 +271,34 @@ class SqlPersistence(Persistence):
 
     async def release_lease(self, lease: Lease) -> None:
         await leases.release(self, lease)
+
+    # ------------------------------------------------------------------ batches (sql/batches.py)
+
+    async def open_batch(self, name: str, items: Sequence[NewItem], *, session_ids_given: bool,
+                         now: float) -> BatchInfo:
+        return await _batches.open_batch(self, name, items, session_ids_given, now)
+
+    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float,
+                                expires: float) -> list[BatchItem]:
+        return await _batches.claim(self, name, owner, n, now, expires)
+
+    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> int:
+        return await _batches.renew(self, name, owner, expires)
+
+    async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
+        return await _batches.end(self, name, item, owner, end)
+
+    async def requeue_batch_items(self, name: str, items: Sequence[int]) -> int:
+        return await _batches.requeue(self, name, items)
+
+    async def free_dead_claims(self, name: str, live: Sequence[str]) -> int:
+        return await _batches.free_dead(self, name, live)
+
+    async def batch_items(self, name: str) -> list[BatchItem]:
+        return await _batches.items(self, name)
+
+    async def list_batches(self, name: Optional[str] = None) -> list[BatchInfo]:
+        return await _batches.infos(self, name)
 
     # ------------------------------------------------------------------ lifecycle
 

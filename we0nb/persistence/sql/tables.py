@@ -29,11 +29,11 @@ from typing import Any, Optional
 from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text, text
 
 __all__ = ["SCHEMA_VERSION", "SESSION_ID_MAX", "metadata", "meta", "sessions", "messages", "parts", "leases",
-           "cut", "session_columns", "message_columns", "part_columns"]
+           "batches", "batch_items", "cut", "session_columns", "message_columns", "part_columns"]
 
 #: bump when the tables change; a database with a higher version is refused, an older one
 #: is upgraded in place (``schema.py``)
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: the longest session id (characters). Every session-id column has this width (schema 3;
 #: PostgreSQL enforces it), and ``build_request`` refuses longer ids up front.
@@ -116,6 +116,49 @@ leases = Table(
     Column("pid", Integer, nullable=False),
     Column("run_id", String(64), nullable=False),
     Column("expires", Float, nullable=False),
+)
+
+# batches (schema 4): a named list of prompts, one session per item (``we0nb.batch``). An
+# item is claimable when ``queued`` and ``expires`` < now; a claim sets ``status`` running,
+# ``owner``/``host``/``pid`` and an ``expires`` the owner keeps renewing (see
+# ``we0nb.persistence.batches``). Counts are the item's session totals.
+batches = Table(
+    "we0_batches",
+    metadata,
+    Column("name", String(SESSION_ID_MAX), primary_key=True),
+    Column("created", Float, nullable=False),
+    Column("updated", Float, nullable=False),
+    Column("items", Integer, nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+)
+
+batch_items = Table(
+    "we0_batch_items",
+    metadata,
+    Column("batch", String(SESSION_ID_MAX), primary_key=True),
+    Column("item", Integer, primary_key=True, autoincrement=False),
+    Column("session_id", String(SESSION_ID_MAX), nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("queued", Boolean, nullable=False),
+    Column("owner", String(256), nullable=True),
+    Column("host", String(128), nullable=True),
+    Column("pid", Integer, nullable=True),
+    Column("expires", Float, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("started", Float, nullable=True),
+    Column("finished", Float, nullable=True),
+    Column("duration", Float, nullable=False),
+    Column("text", Text, nullable=True),
+    Column("output", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("steps", Integer, nullable=False),
+    Column("tool_calls", Integer, nullable=False),
+    Column("input_tokens", Integer, nullable=False),
+    Column("output_tokens", Integer, nullable=False),
+    # what a claim looks for: the queued items of a batch whose claim expired
+    Index("ix_we0_batch_items_claim", "batch", "queued", "expires"),
+    Index("ix_we0_batch_items_session", "session_id"),
 )
 
 

@@ -1,0 +1,303 @@
+"""W7 of shared/BENCH.md: a batch of 2,000 prompts, concurrency 100, ideal 4 s.
+
+Each item: a fake model that sleeps 50 ms per call and calls one trivial tool in each of
+3 steps, then answers (4 model calls). Printed per variant: wall time, ratio to the ideal
+(items / concurrency × 4 × 50 ms), CPU ms per item, and the per-step engine overhead —
+the time between one model call's end and the next one's start within an item (the tool,
+the commits, and any wait for the event loop), p50 / p99. Variants:
+
+* ``bare``: asyncio + ``Semaphore(100)`` sleeping the same 4 × 50 ms (the limit);
+* ``memory``, ``sqlite``, ``postgres``: ``agent.batch`` on that store (postgres needs
+  ``WE0NB_TEST_POSTGRES_URL`` or ``--pg URL``);
+* ``memory-invoke``, ``sqlite-invoke``, ``postgres-invoke``: the same items as plain
+  ``agent.invoke`` calls under a Semaphore (the engine alone: what the batch adds is the difference);
+* ``postgres-3proc``: 3 processes calling ``agent.batch(prompts, name=same)`` on one
+  PostgreSQL schema (each with concurrency 100): wall from the first start to the last end;
+* ``pydantic-evals``: ``Dataset.evaluate(task, max_concurrency=100)`` of a pydantic-ai agent
+  on a ``FunctionModel`` with the same sleep and tool, when pydantic-evals is installed.
+
+Usage: python bench/w7_batch.py [--items 2000] [--concurrency 100] [--runs 3] [--only memory,sqlite]
+Nothing is asserted; run variants interleaved (``--runs``) on a busy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any, Optional
+
+SLEEP = 0.05
+CALLS = 4
+
+
+# --------------------------------------------------------------------------- the workload
+
+
+class Timeline:
+    """Model-call times per item: the gaps between calls are the engine's overhead per step."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, list[tuple[float, float]]] = {}
+
+    def gaps_ms(self) -> list[float]:
+        out = []
+        for spans in self.calls.values():
+            for (_, end), (start, _) in zip(spans, spans[1:]):
+                out.append((start - end) * 1000)
+        return out
+
+
+def we0_agent(persistence: Any, timeline: Timeline) -> Any:
+    from we0nb import FunctionModel, We0Agent, text, tool, tool_call
+    from we0nb.models.base import ToolResult, UserTurn
+
+    @tool(side_effects=False)
+    async def lookup(n: int) -> str:
+        """A trivial tool."""
+        return "ok"
+
+    async def reply(request: Any) -> list:
+        key = next(m.text for m in request.messages if isinstance(m, UserTurn))
+        t0 = time.perf_counter()
+        await asyncio.sleep(SLEEP)
+        timeline.calls.setdefault(key, []).append((t0, time.perf_counter()))
+        n = sum(1 for m in request.messages if isinstance(m, ToolResult))
+        return [tool_call("lookup", {"n": n})] if n < CALLS - 1 else [text("done")]
+
+    return We0Agent(FunctionModel(reply), tools=[lookup], persistence=persistence)
+
+
+def prompts(n: int) -> list[str]:
+    return [f"prompt {i}" for i in range(n)]
+
+
+# --------------------------------------------------------------------------- variants
+
+
+async def run_bare(n: int, conc: int) -> dict[str, Any]:
+    sem = asyncio.Semaphore(conc)
+    timeline = Timeline()
+
+    async def one(i: int) -> None:
+        async with sem:
+            spans = timeline.calls.setdefault(str(i), [])
+            for _ in range(CALLS):
+                t0 = time.perf_counter()
+                await asyncio.sleep(SLEEP)
+                spans.append((t0, time.perf_counter()))
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(one(i) for i in range(n)))
+    return _figures(time.perf_counter() - t0, time.process_time() - c0, n, timeline)
+
+
+async def run_we0(store: Any, n: int, conc: int, name: Optional[str] = None) -> dict[str, Any]:
+    timeline = Timeline()
+    agent = we0_agent(store, timeline)
+    t0, c0 = time.perf_counter(), time.process_time()
+    batch = await agent.batch(prompts(n), name=name, concurrency=conc, progress=False)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    assert batch.counts == {"stop": n}, batch.counts
+    await store.close()
+    return _figures(wall, cpu, n, timeline)
+
+
+async def run_invoke(store: Any, n: int, conc: int) -> dict[str, Any]:
+    """The same items as plain ``agent.invoke`` calls under a Semaphore: the engine without the batch."""
+    from we0nb import user_message
+
+    timeline = Timeline()
+    agent = we0_agent(store, timeline)
+    sem = asyncio.Semaphore(conc)
+
+    async def one(p: str) -> None:
+        async with sem:
+            await agent.invoke(messages=[user_message(p)])
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(one(p) for p in prompts(n)))
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    await store.close()
+    return _figures(wall, cpu, n, timeline)
+
+
+def _figures(wall: float, cpu: float, n: int, timeline: Timeline) -> dict[str, Any]:
+    gaps = sorted(timeline.gaps_ms())
+    p = (lambda q: gaps[min(len(gaps) - 1, int(q * len(gaps)))]) if gaps else (lambda q: float("nan"))
+    return {"wall": wall, "cpu_ms_item": cpu / n * 1000, "p50": p(0.50), "p99": p(0.99)}
+
+
+def make_store(kind: str, tmp: str, pg: Optional[str]) -> Any:
+    from we0nb import MemoryPersistence, SqlPersistence
+
+    if kind == "memory":
+        return MemoryPersistence()
+    if kind == "sqlite":
+        return SqlPersistence(f"sqlite:///{tmp}/w7-{uuid.uuid4().hex[:8]}.db")
+    return SqlPersistence(pg, schema=_pg_schema(pg), engine_options=json.loads(os.environ.get("W7_PG_ENGINE", "{}")))
+
+
+def _pg_schema(pg: str) -> str:
+    import psycopg
+
+    name = f"w7_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    return name
+
+
+def _drop_pg_schemas(pg: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        for (name,) in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'w7\\_%'").fetchall():
+            conn.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
+def run_processes(n: int, conc: int, pg: str, procs: int = 3) -> dict[str, Any]:
+    """``procs`` processes on one batch; each prints its start/end wall clock and CPU."""
+    schema = _pg_schema(pg)
+    name = f"w7-shared-{uuid.uuid4().hex[:6]}"
+    args = [sys.executable, __file__, "--child", "--items", str(n), "--concurrency", str(conc), "--pg", pg,
+            "--schema", schema, "--name", name]
+    children = [subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for _ in range(procs)]
+    for c in children:  # wait until each is imported and connected, then start them together
+        assert c.stdout is not None and c.stdout.readline().strip() == "READY"
+    for c in children:
+        assert c.stdin is not None
+        c.stdin.write("GO\n")
+        c.stdin.flush()
+    outs = [json.loads(c.communicate()[0].strip().splitlines()[-1]) for c in children]
+    wall = max(o["end"] for o in outs) - min(o["start"] for o in outs)
+    cpu = sum(o["cpu"] for o in outs)
+    gaps = sorted(g for o in outs for g in o["gaps"])
+    p = (lambda q: gaps[min(len(gaps) - 1, int(q * len(gaps)))]) if gaps else (lambda q: float("nan"))
+    return {"wall": wall, "cpu_ms_item": cpu / n * 1000, "p50": p(0.5), "p99": p(0.99),
+            "items_per_proc": [o["mine"] for o in outs]}
+
+
+def child(a: argparse.Namespace) -> None:
+    from we0nb import SqlPersistence
+
+    async def go() -> dict[str, Any]:
+        store = SqlPersistence(a.pg, schema=a.schema)
+        timeline = Timeline()
+        agent = we0_agent(store, timeline)
+        await store.list_sessions()  # connected, schema ready
+        print("READY", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        start, c0 = time.time(), time.process_time()
+        batch = await agent.batch(prompts(a.items), name=a.name, concurrency=a.concurrency, progress=False)
+        end, cpu = time.time(), time.process_time() - c0
+        assert batch.counts == {"stop": a.items}, batch.counts
+        await store.close()
+        return {"start": start, "end": end, "cpu": cpu, "gaps": timeline.gaps_ms(), "mine": len(timeline.calls)}
+
+    print(json.dumps(asyncio.run(go())), flush=True)
+
+
+async def run_pydantic_evals(n: int, conc: int) -> Optional[dict[str, Any]]:
+    try:
+        from pydantic_ai import Agent
+        from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+        from pydantic_ai.models.function import AgentInfo, FunctionModel
+        from pydantic_evals import Case, Dataset
+    except ImportError:
+        return None
+    timeline = Timeline()
+
+    async def model(messages: list, info: AgentInfo) -> ModelResponse:
+        key = messages[0].parts[-1].content
+        t0 = time.perf_counter()
+        await asyncio.sleep(SLEEP)
+        timeline.calls.setdefault(key, []).append((t0, time.perf_counter()))
+        seen = sum(1 for m in messages for p in m.parts if isinstance(p, ToolReturnPart))
+        if seen < CALLS - 1:
+            return ModelResponse(parts=[ToolCallPart("lookup", {"n": seen})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    async def lookup(n: int) -> str:
+        return "ok"
+
+    async def task(prompt: str) -> str:
+        return (await agent.run(prompt)).output
+
+    dataset = Dataset(name="w7", cases=[Case(name=p, inputs=p) for p in prompts(n)])
+    t0, c0 = time.perf_counter(), time.process_time()
+    await dataset.evaluate(task, max_concurrency=conc, progress=False)
+    return _figures(time.perf_counter() - t0, time.process_time() - c0, n, timeline)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--items", type=int, default=2000)
+    ap.add_argument("--concurrency", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--only", default="bare,memory,sqlite,postgres,postgres-3proc,pydantic-evals")
+    ap.add_argument("--pg", default=os.environ.get("WE0NB_TEST_POSTGRES_URL"))
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--schema", help=argparse.SUPPRESS)
+    ap.add_argument("--name", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        return child(a)
+    n, conc = a.items, a.concurrency
+    ideal = n / conc * CALLS * SLEEP
+    variants = [v for v in a.only.split(",") if v]
+    if not a.pg:
+        variants = [v for v in variants if not v.startswith("postgres")]
+    print(f"W7: {n} items x {CALLS} calls of {SLEEP * 1000:.0f} ms, concurrency {conc}, ideal {ideal:.2f} s; "
+          f"{a.runs} runs, interleaved")
+    results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            for _ in range(a.runs):
+                for v in variants:
+                    if v == "bare":
+                        r = asyncio.run(run_bare(n, conc))
+                    elif v in ("memory", "sqlite", "postgres"):
+                        r = asyncio.run(run_we0(make_store(v, tmp, a.pg), n, conc))
+                    elif v.endswith("-invoke"):
+                        r = asyncio.run(run_invoke(make_store(v[:-7], tmp, a.pg), n, conc))
+                    elif v == "postgres-3proc":
+                        r = run_processes(n, conc, a.pg)
+                    elif v == "pydantic-evals":
+                        r = asyncio.run(run_pydantic_evals(n, conc))
+                        if r is None:
+                            print("pydantic-evals is not installed: skipped (pip install pydantic-evals)")
+                            variants.remove(v)
+                            results.pop(v)
+                            continue
+                    else:
+                        raise SystemExit(f"unknown variant {v!r}")
+                    results[v].append(r)
+        finally:
+            if a.pg and any(v.startswith("postgres") for v in variants):
+                _drop_pg_schemas(a.pg)
+    print(f"{'variant':16} {'wall s':>7} {'ratio':>6} {'CPU ms/item':>12} {'step p50 ms':>12} {'p99 ms':>8}   (median of runs)")
+    for v in variants:
+        rs = results[v]
+        med = lambda k: statistics.median(r[k] for r in rs)  # noqa: E731
+        walls = ", ".join(f"{r['wall']:.2f}" for r in rs)
+        extra = f"  items/process {rs[-1]['items_per_proc']}" if "items_per_proc" in rs[-1] else ""
+        print(f"{v:16} {med('wall'):7.2f} {med('wall') / ideal:5.2f}x {med('cpu_ms_item'):12.2f} "
+              f"{med('p50'):12.2f} {med('p99'):8.2f}   walls: {walls}{extra}")
+
+
+if __name__ == "__main__":
+    main()

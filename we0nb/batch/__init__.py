@@ -1,0 +1,84 @@
+"""Batch runs: many prompts, each a session of its own, resumable and shared across processes.
+
+``await agent.batch(prompts, name=...)`` (:func:`run_batch`) persists the batch in the
+agent's store, runs its items ``concurrency`` at a time with the engine's own prompt and
+resume, and returns a :class:`BatchResult` (``.df``). The same call again continues it; the
+same call in other processes on the same database shares its work.
+
+Modules: ``prompts`` (what is accepted, as stored items), ``item`` (one run of one item),
+``runner`` (the worker: claims, heartbeat, waiting for others), ``progress`` (the bar and
+the live view), ``result`` (BatchResult and its frame).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional, Sequence
+
+from .._ids import now
+from ..engine.request import check_session_id
+from .progress import make_progress
+from .prompts import batch_items, new_batch_name
+from .result import BatchResult
+from .runner import Worker
+
+__all__ = ["run_batch", "BatchResult"]
+
+
+async def run_batch(agent: Any, prompts: Any, *, name: Optional[str] = None, concurrency: int = 8,
+                    abort: Optional[asyncio.Event] = None, progress: bool = True,
+                    session_ids: Optional[Sequence[str]] = None, max_failures: Optional[int] = None,
+                    retry_failed: bool = False) -> BatchResult:
+    """``agent.batch(...)``: see :meth:`we0nb.We0Agent.batch`."""
+    _check(concurrency, abort, max_failures)
+    new = batch_items(prompts, session_ids)
+    name = new_batch_name() if name is None else check_session_id(name, "batch(name=...)")
+    store = agent.persistence
+    await store.open_batch(name, new, session_ids_given=session_ids is not None, now=now())
+    await _requeue(agent, name, retry_failed)
+    stop = asyncio.Event()  # the runs' abort: set by the caller's abort, or by max_failures
+    relay = asyncio.ensure_future(_relay(abort, stop)) if abort is not None else None
+    if abort is not None and abort.is_set():
+        stop.set()
+    bar = make_progress(name, stop, progress)
+    worker = Worker(agent, name, concurrency=concurrency, stop=stop, max_failures=max_failures,
+                    own_sessions=session_ids is None, progress=bar)
+    try:
+        bar.start((await store.list_batches(name))[0])
+        stopped = await worker.run()
+    finally:
+        if relay is not None:
+            relay.cancel()
+        bar.close()
+    return BatchResult(name=name, items=await store.batch_items(name), stopped=stopped)
+
+
+async def _relay(abort: asyncio.Event, stop: asyncio.Event) -> None:
+    await abort.wait()
+    stop.set()
+
+
+async def _requeue(agent: Any, name: str, retry_failed: bool) -> None:
+    """Queue again what this call should run beyond the unfinished items: the failed ones with
+    ``retry_failed``, and the approval items whose calls have all been decided."""
+    store = agent.persistence
+    again = []
+    for it in await store.batch_items(name):
+        if it.queued or it.status == "running":
+            continue
+        if it.status == "failed" and retry_failed:
+            again.append(it.item)
+        elif it.status == "approval" and not (await store.load_transcript(it.session_id)).pending_approvals:
+            again.append(it.item)
+    if again:
+        await store.requeue_batch_items(name, again)
+
+
+def _check(concurrency: Any, abort: Any, max_failures: Any) -> None:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"batch(concurrency=...): expected an integer >= 1, got {concurrency!r}.")
+    if abort is not None and not isinstance(abort, asyncio.Event):
+        raise TypeError(f"batch(abort=...): expected an asyncio.Event, got {type(abort).__name__}.")
+    if max_failures is not None and (isinstance(max_failures, bool) or not isinstance(max_failures, int)
+                                     or max_failures < 1):
+        raise ValueError(f"batch(max_failures=...): expected an integer >= 1 or None, got {max_failures!r}.")

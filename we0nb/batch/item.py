@@ -1,0 +1,156 @@
+"""One run of one batch item: the engine's own prompt or resume, and how it ended.
+
+An item's first run is a ``mode="prompt"`` run with its messages; every later run (after an
+abort, a crash, a decided approval, a retry) is a ``mode="resume"`` run of its session, so
+the engine's recovery decides what happens to an unfinished tool call: a read-only one is
+run again, one with side effects is interrupted — never repeated. Nothing here re-executes
+anything by itself.
+
+The counts (steps, tool calls, tokens) are the session's totals: taken from the run's
+events when the run was the item's whole history (its first run, ended normally), else
+counted from the persisted transcript, so they always agree with the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .._ids import now
+from ..errors import LeaseLostError, ModelProviderError, SessionBusyError
+from ..engine.run import Run
+from ..messages import AssistantMessage, Transcript
+from ..persistence.batches import BatchItem, ItemEnd
+from .prompts import prompt_messages
+
+__all__ = ["ItemOutcome", "run_item", "RATE_LIMITED"]
+
+#: the error text prefix of an item put back because its provider asked to slow down
+RATE_LIMITED = "rate limited"
+
+
+@dataclass
+class ItemOutcome:
+    """What the runner needs to know beyond the :class:`ItemEnd` it writes."""
+
+    end: ItemEnd
+    rate_limited: bool = False
+    busy: bool = False
+    error: Optional[BaseException] = field(default=None, repr=False)
+
+
+@dataclass
+class _Counts:
+    steps: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+async def run_item(agent: Any, it: BatchItem, stop: asyncio.Event, *, own_sessions: bool,
+                   backoff: float) -> ItemOutcome:
+    """Run ``it`` (claimed by the caller) until its turn ends, fails or ``stop`` is set."""
+    t0 = time.monotonic()
+    store = agent.persistence
+    mode, messages = "prompt", prompt_messages(it.prompt)
+    if it.attempts > 1 and (await store.load_transcript(it.session_id)).messages:
+        mode, messages = "resume", None
+    request = agent.build_request(abort=stop, mode=mode, session_id=it.session_id, messages=messages)
+    run = Run(agent, request, structured=agent.output_type is not None)
+    output_tool = agent.output_tool_name if agent.output_type is not None else None
+    counts, seen_tools = _Counts(), set()
+    started = False
+    try:
+        async for ev in run.events():
+            kind = ev["type"]
+            if kind == "start":
+                started = True
+            elif kind == "step-start":
+                counts.steps += 1
+            elif kind == "tool":
+                part = ev["part"]
+                if part.tool != output_tool:
+                    seen_tools.add(part.id)
+            elif kind == "step-finish":
+                counts.input_tokens += ev["usage"].input_tokens
+                counts.output_tokens += ev["usage"].output_tokens
+    except asyncio.CancelledError:
+        if not stop.is_set():
+            raise  # the batch itself was cancelled: the runner gives the claim back
+        if not started:
+            return ItemOutcome(_given_back(it))
+        return ItemOutcome(await _ended(agent, it, "aborted", t0, queued=True))
+    except LeaseLostError as e:  # another run took the session over: let the batch look again later
+        return ItemOutcome(await _ended(agent, it, "aborted", t0, queued=True, error=e, not_before=backoff), error=e)
+    except SessionBusyError as e:  # another run (not this batch's) holds the session: later
+        return ItemOutcome(_given_back(it, not_before=backoff), busy=True, error=e)
+    except ModelProviderError as e:
+        if e.status_code == 429 or e.retryable:  # the provider asks to slow down: not a failure
+            return ItemOutcome(await _ended(agent, it, "aborted", t0, queued=True, not_before=backoff,
+                                            error=e, prefix=RATE_LIMITED), rate_limited=True, error=e)
+        return ItemOutcome(await _ended(agent, it, "failed", t0, error=e), error=e)
+    except Exception as e:  # a model or tool failure: this item failed, the batch goes on
+        return ItemOutcome(await _ended(agent, it, "failed", t0, error=e), error=e)
+    result = run.result
+    assert result is not None
+    clean = mode == "prompt" and it.attempts == 1 and own_sessions and result.result != "compact"
+    counts.tool_calls = len(seen_tools)
+    return ItemOutcome(await _ended(agent, it, result.result, t0, counts=counts if clean else None,
+                                    text=result.text, output=_json(result.output)))
+
+
+async def _ended(agent: Any, it: BatchItem, status: str, t0: float, *, queued: bool = False,
+                 counts: Optional[_Counts] = None, text: Optional[str] = None, output: Optional[str] = None,
+                 error: Optional[BaseException] = None, not_before: float = 0.0, prefix: str = "") -> ItemEnd:
+    if counts is None:
+        counts = _count(await agent.persistence.load_transcript(it.session_id),
+                        agent.output_tool_name if agent.output_type is not None else None)
+    message = None
+    if error is not None:
+        message = f"{type(error).__name__}: {error}"
+        if prefix:
+            message = f"{prefix}: {message}"
+    end_time = now()
+    return ItemEnd(status=status, queued=queued, finished=end_time, run_time=time.monotonic() - t0,
+                   attempts=it.attempts, started=it.started, not_before=end_time + not_before if not_before else 0.0,
+                   text=text, output=output, error=message, steps=counts.steps, tool_calls=counts.tool_calls,
+                   input_tokens=counts.input_tokens, output_tokens=counts.output_tokens)
+
+
+def _given_back(it: BatchItem, not_before: float = 0.0) -> ItemEnd:
+    """A claim whose run never started: the item is as before the claim (its attempt returned)."""
+    attempts = it.attempts - 1
+    return ItemEnd(status="pending" if attempts == 0 else "aborted", queued=True, finished=it.finished,
+                   attempts=attempts, started=it.started if attempts else None,
+                   not_before=now() + not_before if not_before else 0.0, text=it.text, output=it.output,
+                   error=it.error, steps=it.steps, tool_calls=it.tool_calls, input_tokens=it.input_tokens,
+                   output_tokens=it.output_tokens)
+
+
+def _count(tr: Transcript, output_tool: Optional[str]) -> _Counts:
+    c = _Counts()
+    for m in tr.messages:
+        info = m.info
+        if not isinstance(info, AssistantMessage):
+            continue
+        if not m.is_summary:
+            c.steps += 1
+        c.input_tokens += info.usage.input_tokens
+        c.output_tokens += info.usage.output_tokens
+        c.tool_calls += sum(1 for p in m.tool_parts if p.tool != output_tool)
+    return c
+
+
+def _json(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    dump = getattr(value, "model_dump_json", None)
+    if dump is not None:
+        return dump()
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return json.dumps(repr(value))

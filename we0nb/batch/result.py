@@ -1,0 +1,111 @@
+"""BatchResult: a batch's items as they are stored, and their DataFrame.
+
+``batch.df`` (and :func:`we0nb.batch_df`) has one row per item: ``item`` (0-based),
+``session_id``, ``status`` (categorical, every status of :data:`BATCH_STATUSES`),
+``prompt``, ``text``, ``output`` (structured output as JSON), ``error``, ``steps``,
+``tool_calls``, ``input_tokens``, ``output_tokens``, ``attempts``, ``started``,
+``finished`` (UTC datetimes) and ``duration`` (the time its runs took, summed).
+pandas is imported only when a frame is asked for.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..persistence.batches import BATCH_STATUSES, BatchItem
+
+__all__ = ["BatchResult", "items_frame", "prompt_text", "FRAME_COLUMNS"]
+
+FRAME_COLUMNS = ("item", "session_id", "status", "prompt", "text", "output", "error", "steps", "tool_calls",
+                 "input_tokens", "output_tokens", "attempts", "started", "finished", "duration")
+
+
+def prompt_text(prompt_json: str) -> str:
+    """A stored prompt as one string (its messages joined by blank lines)."""
+    try:
+        texts = json.loads(prompt_json)
+    except ValueError:
+        return prompt_json
+    return "\n\n".join(texts) if isinstance(texts, list) else str(texts)
+
+
+@dataclass
+class BatchResult:
+    """What ``await agent.batch(...)`` returns: the batch's items when the call ended.
+
+    ``stopped`` says why the call ended early: ``"aborted"`` (the abort event),
+    ``"max_failures"``, or None (every item ended). Counts are by status over the whole
+    batch (every worker's items), as stored when the call returned.
+    """
+
+    name: str
+    items: list[BatchItem] = field(repr=False)
+    stopped: Optional[str] = None
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Items by status (only the statuses present)."""
+        out: dict[str, int] = {}
+        for it in self.items:
+            out[it.status] = out.get(it.status, 0) + 1
+        return {s: out[s] for s in BATCH_STATUSES if s in out}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def done(self) -> bool:
+        """Every item ended (none pending, running or aborted)."""
+        return all(it.status not in ("pending", "running", "aborted") for it in self.items)
+
+    @property
+    def failed(self) -> list[BatchItem]:
+        return [it for it in self.items if it.status == "failed"]
+
+    @property
+    def df(self) -> Any:
+        """The items as a pandas DataFrame (see the module docstring)."""
+        return items_frame(self.items)
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{k}={v}" for k, v in self.counts.items())
+        stopped = f", stopped={self.stopped!r}" if self.stopped else ""
+        return f"BatchResult(name={self.name!r}, items={len(self.items)}, {counts}{stopped})"
+
+    def _repr_html_(self) -> str:
+        counts = "".join(f"<td>{html.escape(k)}</td><td><b>{v}</b></td>" for k, v in self.counts.items())
+        stopped = f" — stopped: {html.escape(self.stopped)}" if self.stopped else ""
+        errors = "".join(f"<li>item {it.item}: {html.escape((it.error or '')[:200])}</li>" for it in self.failed[:5])
+        more = f"<li>… {len(self.failed) - 5} more</li>" if len(self.failed) > 5 else ""
+        return (f"<div class='we0-batch'><b>Batch {html.escape(self.name)}</b>: {len(self.items)} items{stopped}"
+                f"<table><tr>{counts}</tr></table>{'<ul>' + errors + more + '</ul>' if errors else ''}</div>")
+
+
+def items_frame(items: list[BatchItem]) -> Any:
+    """One row per item, typed (categorical status, UTC datetimes, timedelta durations)."""
+    import pandas as pd
+
+    def times(values: list[Optional[float]]) -> Any:
+        return pd.to_datetime(pd.Series(values, dtype="float64"), unit="s", utc=True).astype("datetime64[us, UTC]")
+
+    df = pd.DataFrame({
+        "item": pd.Series([it.item for it in items], dtype="int64"),
+        "session_id": pd.Series([it.session_id for it in items], dtype="string"),
+        "status": pd.Categorical([it.status for it in items], categories=list(BATCH_STATUSES)),
+        "prompt": pd.Series([prompt_text(it.prompt) for it in items], dtype="string"),
+        "text": pd.Series([it.text for it in items], dtype="string"),
+        "output": pd.Series([it.output for it in items], dtype="string"),
+        "error": pd.Series([it.error for it in items], dtype="string"),
+        "steps": pd.Series([it.steps for it in items], dtype="Int64"),
+        "tool_calls": pd.Series([it.tool_calls for it in items], dtype="Int64"),
+        "input_tokens": pd.Series([it.input_tokens for it in items], dtype="Int64"),
+        "output_tokens": pd.Series([it.output_tokens for it in items], dtype="Int64"),
+        "attempts": pd.Series([it.attempts for it in items], dtype="Int64"),
+        "started": times([it.started for it in items]),
+        "finished": times([it.finished for it in items]),
+        "duration": pd.to_timedelta(pd.Series([it.duration for it in items], dtype="float64"), unit="s"),
+    })
+    return df[list(FRAME_COLUMNS)]

@@ -1,0 +1,168 @@
+"""The batch worker: claim items, run them ``concurrency`` at a time, record each end.
+
+Several workers — this process's and other processes' on the same database — share one
+batch through the store's claims (:mod:`we0nb.persistence.batches`): each claims the next
+claimable items, keeps its claims alive with a heartbeat, and records each item's end
+(conditional on still holding it). When nothing is left to claim, a worker waits for the
+items other live workers hold, taking over those of a worker that died (its claims expire,
+or at once when its process is gone from this host). That is the whole scheduler.
+
+A stop (the caller's abort, or ``max_failures``) cuts the running items — each run persists
+what it produced and ends ``aborted`` — and claims nothing more: the never-started items
+stay ``pending`` for the next call with the same name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Optional
+
+from .._ids import new_id, now
+from ..persistence.base import lease_owner
+from ..persistence.batches import BatchItem
+from .item import ItemOutcome, run_item
+
+__all__ = ["Worker", "LIVE_WORKERS"]
+
+log = logging.getLogger("we0nb.batch")
+
+#: owners of the batch workers running in this process (a claim of this PID whose owner is
+#: not here belongs to a worker that is gone: it is taken over at once)
+LIVE_WORKERS: set[str] = set()
+
+
+class Worker:
+    """One ``agent.batch()`` call's share of the work on batch ``name``."""
+
+    #: seconds between looks at the batch while other workers hold its last items
+    POLL = 0.2
+    #: the first back-off after a rate limit (doubled up to MAX_BACKOFF while they go on)
+    BACKOFF = 1.0
+    MAX_BACKOFF = 60.0
+
+    def __init__(self, agent: Any, name: str, *, concurrency: int, stop: asyncio.Event,
+                 max_failures: Optional[int], own_sessions: bool, progress: Any):
+        self.agent, self.store, self.name = agent, agent.persistence, name
+        self.concurrency = concurrency
+        self.stop = stop
+        self.max_failures = max_failures
+        self.own_sessions = own_sessions
+        self.progress = progress
+        self.owner = lease_owner(new_id("wrk"))
+        self.ttl = float(getattr(self.store, "lease_ttl", 15.0))
+        self.renew_every = float(getattr(self.store, "lease_renew", self.ttl / 3))
+        self.running: dict[asyncio.Task[ItemOutcome], BatchItem] = {}
+        self.finished: list[asyncio.Task[ItemOutcome]] = []  # done, not yet recorded
+        self.wake = asyncio.Event()  # an item finished, or the stop was set
+        self.failures = 0
+        self.stopped: Optional[str] = None  # "aborted" | "max_failures"
+        self.backoff = 0.0
+        self.paused_until = 0.0
+
+    async def run(self) -> Optional[str]:
+        """Work until every item of the batch has ended (or a stop); returns why it stopped early."""
+        LIVE_WORKERS.add(self.owner)
+        heartbeat = asyncio.ensure_future(self._heartbeat())
+        stop_wait = asyncio.ensure_future(self.stop.wait())
+        stop_wait.add_done_callback(lambda _: self.wake.set())
+        try:
+            await self.store.free_dead_claims(self.name, list(LIVE_WORKERS))
+            await self._loop(stop_wait)
+        finally:
+            heartbeat.cancel()
+            if not stop_wait.done():
+                stop_wait.cancel()
+            await asyncio.shield(self._give_back())
+            LIVE_WORKERS.discard(self.owner)
+        return self.stopped
+
+    async def _loop(self, stop_wait: "asyncio.Future[Any]") -> None:
+        while True:
+            if self.stop.is_set() and self.stopped is None:
+                self.stopped = "aborted"
+            claimed = await self._claim() if self.stopped is None else 0
+            if not self.running:
+                if self.stopped is not None or (not claimed and await self._all_ended()):
+                    return
+                if not claimed:  # others hold the last items (or a back-off): look again soon
+                    await self._idle(stop_wait)
+                continue
+            if not self.finished:
+                self.wake.clear()
+                await self.wake.wait()  # (one event, not asyncio.wait over every running task)
+            done, self.finished = self.finished, []
+            for task in done:
+                await self._finish(task)
+
+    async def _claim(self) -> int:
+        free = self.concurrency - len(self.running)
+        if free <= 0 or time.monotonic() < self.paused_until:
+            return 0
+        t = now()
+        items = await self.store.claim_batch_items(self.name, self.owner, free, now=t, expires=t + self.ttl)
+        for it in items:
+            task = asyncio.ensure_future(run_item(self.agent, it, self.stop, own_sessions=self.own_sessions,
+                                                  backoff=max(self.backoff, self.BACKOFF)))
+            self.running[task] = it
+            task.add_done_callback(self._on_done)
+        if items:
+            self.progress.claimed(len(items))
+        return len(items)
+
+    def _on_done(self, task: "asyncio.Task[ItemOutcome]") -> None:
+        self.finished.append(task)
+        self.wake.set()
+
+    async def _finish(self, task: "asyncio.Task[ItemOutcome]") -> None:
+        it = self.running.pop(task)
+        outcome = task.result()
+        end = outcome.end
+        if not await self.store.end_batch_item(self.name, it.item, self.owner, end):
+            log.warning("batch %r: item %d was taken over by another worker before its end was recorded "
+                        "(this worker's claim had lapsed)", self.name, it.item)
+        if outcome.rate_limited:
+            self.backoff = min(self.MAX_BACKOFF, max(self.BACKOFF, self.backoff * 2))
+            self.paused_until = time.monotonic() + self.backoff
+        elif end.status in ("stop", "compact", "approval"):
+            self.backoff = 0.0
+        if end.status == "failed":
+            self.failures += 1
+            if self.max_failures is not None and self.failures >= self.max_failures and self.stopped is None:
+                self.stopped = "max_failures"
+                self.stop.set()
+        self.progress.ended(it.item, end)
+
+    async def _all_ended(self) -> bool:
+        infos = await self.store.list_batches(self.name)
+        if infos:
+            self.progress.counts(infos[0].counts)
+        return not infos or infos[0].unfinished == 0
+
+    async def _idle(self, stop_wait: "asyncio.Future[Any]") -> None:
+        await self.store.free_dead_claims(self.name, list(LIVE_WORKERS))
+        delay = max(self.POLL, self.paused_until - time.monotonic())
+        await asyncio.wait([stop_wait], timeout=min(delay, self.MAX_BACKOFF))
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.renew_every)
+            try:
+                await self.store.renew_batch_claims(self.name, self.owner, now() + self.ttl)
+            except Exception as e:  # a busy or unreachable database: the next tick tries again
+                log.warning("batch %r: could not renew this worker's claims: %s", self.name, e)
+
+    async def _give_back(self) -> None:
+        """The batch call was cancelled: cut the running items and record them (aborted)."""
+        if not self.running:
+            return
+        self.stop.set()
+        tasks = list(self.running)
+        await asyncio.wait(tasks)
+        self.finished = []
+        for task in tasks:
+            if task.cancelled() or task.exception() is not None:
+                self.running.pop(task, None)
+                continue
+            await self._finish(task)

@@ -1,0 +1,121 @@
+"""``we0nb batch ls`` and ``we0nb batch show NAME``: the batches of a database, read-only.
+
+The database is opened as the other reading commands open it (a SQLite file ``mode=ro``,
+nothing created anywhere): a database without batches says so in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import statistics
+from typing import Any, Callable, Optional
+
+from ..persistence.batches import BATCH_STATUSES, BatchInfo, BatchItem
+from ._common import CliError, hint, say
+from ._db import _sync_engine, normalize_db, safe_url
+
+__all__ = ["add_parsers", "format_batches", "format_batch", "cmd_ls", "cmd_show"]
+
+
+def _ts(t: Optional[float]) -> str:
+    if t is None:
+        return "-"
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(rows: list[dict[str, str]], columns: list[str]) -> str:
+    widths = {c: max([len(c)] + [len(r.get(c, "")) for r in rows]) for c in columns}
+    head = "  ".join(c.ljust(widths[c]) for c in columns)
+    lines = ["  ".join(r.get(c, "").ljust(widths[c]) for c in columns) for r in rows]
+    return "\n".join([head, "  ".join("-" * widths[c] for c in columns), *lines])
+
+
+def format_batches(infos: list[BatchInfo]) -> str:
+    """One line per batch: items by status, unfinished items, last activity."""
+    shown = [s for s in BATCH_STATUSES if any(i.counts.get(s) for i in infos)]
+    rows = [{"batch": i.name, "items": str(i.items), **{s: str(i.counts.get(s, 0)) for s in shown},
+             "unfinished": str(i.unfinished), "updated": _ts(i.updated)} for i in infos]
+    return _table(rows, ["batch", "items", *shown, "unfinished", "updated"])
+
+
+def format_batch(info: BatchInfo, items: list[BatchItem], max_failures: int = 20) -> str:
+    """Counts by status, attempts, tokens and run times, and the failed items with their errors."""
+    out = [f"batch {info.name}: {info.items} items, created {_ts(info.created)}, updated {_ts(info.updated)}"]
+    out.append("  " + "  ".join(f"{s}={info.counts[s]}" for s in BATCH_STATUSES if info.counts.get(s)))
+    if info.unfinished:
+        out.append(f"  {info.unfinished} item(s) unfinished: the same agent.batch(prompts, name={info.name!r}) "
+                   "continues it")
+    runs = [it.duration for it in items if it.attempts]
+    if runs:
+        out.append(f"  run time per item: median {statistics.median(runs):.2f} s, max {max(runs):.2f} s; "
+                   f"attempts: {sum(it.attempts for it in items)} for {len(runs)} started item(s)")
+    out.append(f"  tokens: {sum(it.input_tokens for it in items)} in, {sum(it.output_tokens for it in items)} out; "
+               f"tool calls: {sum(it.tool_calls for it in items)}")
+    failed = [it for it in items if it.status == "failed"]
+    if failed:
+        out.append(f"\nfailures ({len(failed)}):")
+        for it in failed[:max_failures]:
+            error = (it.error or "").strip().splitlines()
+            out.append(f"  item {it.item} ({it.session_id}): {error[0][:160] if error else '?'}")
+        if len(failed) > max_failures:
+            out.append(f"  … {len(failed) - max_failures} more (batch_df(store, {info.name!r}) has them all)")
+    return "\n".join(out)
+
+
+def _read(url: str, fn: Callable[[Any], Any]) -> Any:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    engine = _sync_engine(url)
+    try:
+        with engine.connect() as conn:
+            return fn(conn)
+    except SQLAlchemyError as e:
+        first = (str(getattr(e, "orig", None) or e).strip().splitlines() or [type(e).__name__])[0]
+        raise CliError(f"cannot read the database {safe_url(url)}: {first}") from None
+    finally:
+        engine.dispose()
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from ..persistence.sql.batches import read_infos
+
+    url = normalize_db(args.db)
+    infos = _read(url, read_infos)
+    if not infos:
+        say(f"no batches in {safe_url(url)}")
+        return 0
+    say(format_batches(infos))
+    say(f"\n{len(infos)} batch(es) in {safe_url(url)}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from ..persistence.sql.batches import read_infos, read_items
+
+    url, name = normalize_db(args.db), args.name
+    infos, items = _read(url, lambda conn: (read_infos(conn), read_items(conn, name)))
+    info = next((i for i in infos if i.name == name), None)
+    if info is None:
+        known = ", ".join(repr(i.name) for i in infos[:10]) or "none"
+        raise CliError(f"no batch {name!r} in {safe_url(url)} (batches: {known}); list them with "
+                       f"`{hint('we0nb', 'batch', 'ls', '--db', url)}`.")
+    say(format_batch(info, items))
+    return 0
+
+
+def add_parsers(sub: Any, db: argparse.ArgumentParser, common: argparse.ArgumentParser) -> dict[str, Any]:
+    b = sub.add_parser("batch", parents=[common], help="list the batches of a database, or show one",
+                       description="The batches agent.batch(...) persisted: `we0nb batch ls` lists them, "
+                                   "`we0nb batch show NAME` prints one's counts by status and its failures. "
+                                   "Reads only: nothing is created.")
+    bsub = b.add_subparsers(dest="batch_command", metavar="ls|show")
+    ls = bsub.add_parser("ls", parents=[db, common], help="list the batches: items by status",
+                         description="List every batch: items by status, unfinished items, last activity.")
+    ls.set_defaults(run=cmd_ls)
+    show = bsub.add_parser("show", parents=[db, common], help="counts by status and the failures of one batch",
+                           description="Print batch NAME: counts by status, run times, tokens, failures.")
+    show.add_argument("name", metavar="NAME", help="batch name (see `we0nb batch ls`)")
+    show.set_defaults(run=cmd_show)
+    b.set_defaults(run=lambda args: b.print_help() or 2)
+    return {"batch": b}
