@@ -78,6 +78,9 @@ async def test_a_call_that_needs_approval_ends_the_run_with_approval() -> None:
     assert not any(status == "running" for c in p.commits[:first + 1] for _, status, _ in c)
     result = events[-1]["result"]
     assert result.result == "approval" and [a.tool for a in result.approvals] == ["pay"]
+    # one event per state change: the calls left pending are announced once
+    tool_events = [(e["part"].call_id, e["part"].state.status) for e in events if e["type"] == "tool"]
+    assert len(tool_events) == len(set(tool_events))
     assert ledger.ran == [("look", "invoice")]  # the call before it ran; the one after waits with it
     assert len(model.requests) == 1  # no model call after the request
     t = await agent.transcript("s")

@@ -344,7 +344,10 @@ class Run:
         info.time = MessageTime(created=info.time.created, completed=end)
         info.finish_reason = finish.reason
         info.usage = finish.usage
-        events: list[dict[str, Any]] = [{"type": "tool", "part": calls[-1].model_copy()}] if calls else []
+        # the last call's end state is committed with the step's end: its event waits for it (a
+        # call left pending behind an approval has not changed, so it has no new event)
+        events: list[dict[str, Any]] = ([{"type": "tool", "part": calls[-1].model_copy()}]
+                                        if calls and calls[-1].finished else [])
         events.append({"type": "step-finish", "step": state.steps, "message": info.model_copy(),
                        "finish_reason": finish.reason, "usage": finish.usage})
         if self.agent.output_type is None:
