@@ -281,18 +281,25 @@ def test_abort_click_while_another_cell_awaits_stops_the_run(tmp_path, artifacts
             try:
                 page.goto(f"{lab.url}/lab/tree/abort.ipynb", wait_until="domcontentloaded", timeout=120_000)
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-                for attempt in range(3):
+                state = "not started"
+                for attempt in range(4):
                     _kernel_ready(page)
                     _run_all(page, restart=attempt > 0)
-                    if _started(page):
+                    if not _started(page):  # right after the kernel dialog, Run All can be dropped
+                        continue
+                    # streaming, Abort enabled, and the second cell is running (awaiting the panel);
+                    # JupyterLab sometimes replaces the kernel as it starts and asks "Select Kernel":
+                    # accept it and run everything again from a fresh kernel
+                    state = page.wait_for_function("""() => {
+                        if (document.querySelector('.jp-Dialog')) return 'dialog';
+                        const live = [...document.querySelectorAll('.we0-live')].some(e => e.innerText.includes('w30 '));
+                        const prompts = document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
+                        return (live && document.querySelector('button.we0-abort:not([disabled])')
+                            && prompts.length > 1 && prompts[1].innerText.includes('*')) ? 'ready' : null;
+                    }""", timeout=180_000).json_value()
+                    if state == "ready":
                         break
-                # streaming, Abort enabled, and the second cell is running (awaiting the panel)
-                page.wait_for_function("""() => {
-                    const live = [...document.querySelectorAll('.we0-live')].some(e => e.innerText.includes('w30 '));
-                    const prompts = document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
-                    return live && document.querySelector('button.we0-abort:not([disabled])')
-                        && prompts.length > 1 && prompts[1].innerText.includes('*');
-                }""", timeout=180_000)
+                assert state == "ready", f"the run never reached the abort point ({state})"
                 clicked = time.time()
                 page.click("button.we0-abort")
                 found = page.wait_for_function("""() => {
