@@ -82,3 +82,15 @@ def blocking_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
         _allow(bb)
         yield bb
     assert not found, "blocking calls on the event loop:\n\n" + "\n\n".join(found)
+
+
+@pytest.fixture(autouse=True)
+def one_browser_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests marked ``browser`` take turns (see ``nbutil_lab.browser_slot``)."""
+    if request.node.get_closest_marker("browser") is None:
+        yield None
+        return
+    from nbutil_lab import browser_slot
+
+    with browser_slot():
+        yield None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import socket
@@ -10,7 +12,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -67,3 +69,100 @@ class Lab:
         except subprocess.TimeoutExpired:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+
+
+# --------------------------------------------------------------------------- one browser test at a time
+
+@contextlib.contextmanager
+def browser_slot(timeout: float = 1800) -> Iterator[None]:
+    """Hold the machine-wide browser slot: one JupyterLab + chromium + kernel at a time.
+
+    Two of them at once (``pytest -n 2`` puts the browser files on both workers) share two cores
+    with everything else, and a kernel starved that long is what JupyterLab answers with dialogs.
+    """
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / "we0nb-browser-tests.lock"
+    with open(path, "w") as lock:
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > end:
+                    raise RuntimeError(f"another browser test held {path} for {timeout:.0f} s")
+                time.sleep(0.5)  # a file lock has no waiter to wake us; pytest-timeout must still see us
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- JupyterLab's dialogs
+
+DIALOG_JS = """() => {
+    const d = document.querySelector('.jp-Dialog');
+    if (!d) return null;
+    const text = s => { const e = d.querySelector(s); return e ? e.innerText.trim() : ''; };
+    return {header: text('.jp-Dialog-header'), body: text('.jp-Dialog-body').slice(0, 400),
+            buttons: [...d.querySelectorAll('.jp-Dialog-button')].map(b => b.innerText.trim())};
+}"""
+
+
+def dialog(page) -> Optional[dict]:
+    """What the open JupyterLab dialog says (header, body, button labels), or None."""
+    return page.evaluate(DIALOG_JS)
+
+
+def answer_dialog(page, kernel: Optional[str] = None) -> dict:
+    """Answer the open dialog the way a user who wants the notebook's kernel would.
+
+    "Select Kernel" gets ``kernel`` (a display name) chosen when given; every dialog is then
+    accepted. A dialog that does not close is escaped; one that survives both is an error that
+    says what it was (a bare "locator resolved to visible <dialog>" tells nobody anything).
+    """
+    seen = dialog(page)
+    if seen is None:
+        return {}
+    handle = page.query_selector(".jp-Dialog")
+    if kernel and "kernel" in seen["header"].lower() and page.query_selector(".jp-Dialog select"):
+        labels = page.eval_on_selector_all(".jp-Dialog select option", "os => os.map(o => o.innerText.trim())")
+        if kernel in labels:
+            page.select_option(".jp-Dialog select", label=kernel)
+    print(f"{time.strftime('%H:%M:%S')} answering JupyterLab dialog: {seen}", flush=True)
+    for action in ("accept", "accept", "Escape"):  # a click during the dialog's opening can be lost
+        try:
+            if action == "accept":
+                page.click(".jp-Dialog .jp-Dialog-button.jp-mod-accept", timeout=20_000)
+            else:
+                page.keyboard.press("Escape")
+            page.wait_for_function("d => !d.isConnected", arg=handle, timeout=20_000)
+            return seen
+        except Exception:
+            continue
+    raise AssertionError(f"a JupyterLab dialog would not close: {seen}")
+
+
+def page_state(page, lab: Optional["Lab"] = None) -> str:
+    """A failure message's evidence: the dialog, each cell's prompt and output, the server log's tail."""
+    try:
+        cells = page.evaluate("""() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')].map(c => {
+            const p = c.querySelector('.jp-InputPrompt');
+            const o = c.querySelector('.jp-OutputArea');
+            return (p ? p.innerText.trim() : '?') + ' ' + (o ? o.innerText.trim().slice(0, 300) : '');
+        })""")
+        status = page.evaluate("""() => { const s = document.querySelector('.jp-Notebook-ExecutionIndicator');
+            return s ? s.getAttribute('data-status') : null; }""")
+        parts = [f"dialog: {dialog(page)}", f"kernel status: {status}", *[f"cell {c}" for c in cells]]
+    except Exception as exc:  # the page itself is gone: say so rather than hide the first failure
+        parts = [f"page unreadable: {exc!r}"]
+    if lab is not None and lab.log.exists():
+        parts.append("jupyterlab.log tail:\n" + lab.log.read_text(errors="replace")[-2500:])
+    return "\n".join(parts)
+
+
+def note_page_state(exc: BaseException, page, lab: Optional["Lab"] = None) -> None:
+    """Attach ``page_state`` to a failing test's exception, so CI's report says what the page showed."""
+    if hasattr(exc, "add_note"):  # Python 3.11+
+        exc.add_note(page_state(page, lab))
+    else:
+        print(page_state(page, lab))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nbutil_lab import CHROMIUM, Lab
+from nbutil_lab import CHROMIUM, Lab, note_page_state, page_state
 from test_browser_lab import _browser, _dismiss_toasts, _kernel_ready, _run_all, _started, _write
 
 pytestmark = pytest.mark.browser
@@ -64,24 +64,28 @@ def _ready(page, restart: bool) -> None:
     state = "not started"
     for attempt in range(4):
         try:
-            _kernel_ready(page)
-        except PlaywrightTimeout:  # a "Select Kernel" dialog that does not go away: load the page again
-            state = "dialog stuck"
+            _kernel_ready(page, kernel="Python 3 (ipykernel)")
+        except (PlaywrightTimeout, AssertionError) as exc:  # a dialog that does not go away: load the page again
+            state = f"dialog stuck: {exc}"
             page.reload(wait_until="domcontentloaded", timeout=120_000)
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
             continue
         _run_all(page, restart=restart or attempt > 0)
         if not _started(page):  # right after the kernel dialog, Run All can be dropped
             continue
-        state = page.wait_for_function("""() => {
-            if (document.querySelector('.jp-Dialog')) return 'dialog';
-            if ([...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]
-                    .some(e => e.innerText.includes('most recent call last'))) return 'error';
-            const prompts = document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
-            const ready = document.querySelectorAll('.we0-approval button.we0-approve:not([disabled])').length === 2
-                && prompts.length > 1 && prompts[1].innerText.includes('*');
-            return ready ? 'ready' : null;
-        }""", timeout=180_000).json_value()
+        try:
+            state = page.wait_for_function("""() => {
+                if (document.querySelector('.jp-Dialog')) return 'dialog';
+                if ([...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]
+                        .some(e => e.innerText.includes('most recent call last'))) return 'error';
+                const prompts = document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
+                const ready = document.querySelectorAll('.we0-approval button.we0-approve:not([disabled])').length === 2
+                    && prompts.length > 1 && prompts[1].innerText.includes('*');
+                return ready ? 'ready' : null;
+            }""", timeout=180_000).json_value()
+        except PlaywrightTimeout:  # a kernel that never got there: say what the page shows, start again
+            state = "stalled:\n" + page_state(page)
+            continue
         if state == "ready":
             _dismiss_toasts(page)
             return
@@ -141,7 +145,7 @@ class _KernelReplaced(Exception):
     pass
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)  # with the wait for the browser slot
 def test_approve_and_deny_clicked_in_jupyterlab(tmp_path, artifacts):
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
@@ -167,8 +171,9 @@ def test_approve_and_deny_clicked_in_jupyterlab(tmp_path, artifacts):
                         page.screenshot(path=str(artifacts / f"approval-kernel-replaced-{attempt}.png"), full_page=True)
                         if attempt == 2:
                             raise
-            except Exception:
+            except Exception as exc:
                 page.screenshot(path=str(artifacts / "approval-failure.png"), full_page=True)
+                note_page_state(exc, page, lab)
                 raise
             finally:
                 browser.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nbutil_lab import CHROMIUM, CHROMIUM_ARGS, Lab
+from nbutil_lab import CHROMIUM, CHROMIUM_ARGS, Lab, answer_dialog, note_page_state
 
 pytestmark = pytest.mark.browser
 
@@ -73,17 +73,17 @@ def artifacts() -> Path:
     return d
 
 
-def _kernel_ready(page) -> None:
-    """Wait for an idle kernel, accepting the "Select Kernel" dialog if JupyterLab shows one."""
+def _kernel_ready(page, kernel: str | None = None) -> None:
+    """Wait for an idle kernel, answering the dialogs JupyterLab shows on the way ("Select Kernel"…)."""
+    answered = []
     for _ in range(5):
         state = page.wait_for_function("""() => document.querySelector('.jp-Dialog') ? 'dialog'
             : (document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']") ? 'idle' : null)""",
                                        timeout=120_000).json_value()
         if state == "idle":
             return
-        page.click(".jp-Dialog .jp-Dialog-button.jp-mod-accept")
-        page.wait_for_selector(".jp-Dialog", state="detached", timeout=60_000)
-    raise AssertionError("JupyterLab kept showing dialogs")
+        answered.append(answer_dialog(page, kernel))
+    raise AssertionError(f"JupyterLab kept showing dialogs: {answered}")
 
 
 def _run_all(page, restart: bool) -> None:
@@ -144,7 +144,7 @@ def _open_and_run(page, lab: Lab, attempt: int) -> None:
     raise AssertionError(f"the notebook did not run through in a stable kernel (last state: {state!r})")
 
 
-@pytest.mark.timeout(900)  # up to three attempts at a kernel that JupyterLab keeps
+@pytest.mark.timeout(1800)  # up to three attempts, and the wait for the browser slot
 def test_jupyterlab_abort_resume_and_no_xss(tmp_path, artifacts):
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
@@ -204,8 +204,9 @@ def test_jupyterlab_abort_resume_and_no_xss(tmp_path, artifacts):
                 assert page.evaluate("() => window.__pwned") is None
                 assert page.locator(".jp-OutputArea img[src='x']").count() == 0
                 page.screenshot(path=str(artifacts / "notebook.png"), full_page=True)
-            except Exception:
+            except Exception as exc:
                 page.screenshot(path=str(artifacts / "browser-failure.png"), full_page=True)
+                note_page_state(exc, page, lab)
                 raise
             finally:
                 browser.close()
@@ -258,7 +259,7 @@ def _browser(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)  # with the wait for the browser slot
 @pytest.mark.parametrize("version", ["6.29.5", "7.0.1"])
 def test_abort_click_while_another_cell_awaits_stops_the_run(tmp_path, artifacts, version):
     """Run All: cell 2 awaits ``panel.wait()`` while the run streams; the Abort click stops the run
@@ -283,7 +284,13 @@ def test_abort_click_while_another_cell_awaits_stops_the_run(tmp_path, artifacts
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
                 state = "not started"
                 for attempt in range(4):
-                    _kernel_ready(page)
+                    try:
+                        _kernel_ready(page, kernel=f"Python (ipykernel {version})")
+                    except (playwright.TimeoutError, AssertionError) as exc:  # a dialog that stays: load again
+                        state = f"dialog stuck: {exc}"
+                        page.reload(wait_until="domcontentloaded", timeout=120_000)
+                        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+                        continue
                     _run_all(page, restart=attempt > 0)
                     if not _started(page):  # right after the kernel dialog, Run All can be dropped
                         continue
@@ -318,8 +325,9 @@ def test_abort_click_while_another_cell_awaits_stops_the_run(tmp_path, artifacts
                 assert "orders: [] | status: aborted" in out, out  # the side effect never ran
                 latency = float(out.split("| latency:")[1].split("|")[0])
                 assert 0 <= latency <= seen - clicked + 1.0, (latency, seen - clicked)
-            except Exception:
+            except Exception as exc:
                 page.screenshot(path=str(artifacts / f"abort-while-awaiting-{version}-failure.png"), full_page=True)
+                note_page_state(exc, page, lab)
                 raise
             finally:
                 browser.close()
@@ -330,7 +338,7 @@ def test_abort_click_while_another_cell_awaits_stops_the_run(tmp_path, artifacts
 # --------------------------------------------------------------------------- a saved tutorial, untrusted
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1800)  # with the wait for the browser slot
 def test_a_saved_tutorial_reads_well_untrusted(tmp_path, artifacts):
     """What a Binder user sees first: the tutorial as saved, not trusted (its <style> is removed by
     JupyterLab's sanitiser); the inline styles keep tables, badges and text readable."""
