@@ -1,4 +1,4 @@
-"""HTML and plain-text renderers for every public we0nb object.
+"""The HTML renderer of every public we0nb object (the plain text is :mod:`we0nb.notebook.plain`).
 
 Pure Python: no IPython or ipywidgets import, so the data model can call it lazily from
 its ``_repr_html_``/``_repr_mimebundle_`` hooks. Everything that comes from a model or a
@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import html as _html
-import json
 import re
 from typing import Any, Iterable, Optional, Sequence
 
+from .part_text import denied, dump, edited, to_json, tool_input, tool_result, tool_status
+from .plain import render_text  # re-exported: the mimebundle pairs it with the HTML
 from .styles import CSS, INLINE, STYLE, inline_styles  # CSS, INLINE and inline_styles are re-exported
 
 __all__ = [
@@ -40,7 +41,6 @@ __all__ = [
 ]
 
 MAX_CELL = 2000          # characters of a tool input/output shown before "… more"
-PLAIN_TEXT_LIMIT = 400   # characters of a message text in the plain summary of a transcript
 
 
 def esc(value: Any) -> str:
@@ -71,26 +71,12 @@ def _dur(start: Optional[float], end: Optional[float]) -> str:
     return f"{d / 60:.1f} min"
 
 
-def _json(value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
 def _clip_html(text: str, limit: int = MAX_CELL) -> str:
     """Escaped text; long text shows its head and the rest in a <details>."""
     if len(text) <= limit:
         return esc(text)
     return (f"{esc(text[:limit])}<details><summary class='we0-note'>… {len(text) - limit:,} more characters"
             f"</summary>{esc(text[limit:])}</details>")
-
-
-def _clip(text: str, limit: int) -> str:
-    text = text.replace("\r", "")
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"… (+{len(text) - limit} chars)"
 
 
 def status_badge(status: str, label: Optional[str] = None) -> str:
@@ -111,42 +97,15 @@ def _kv(rows: Iterable[tuple[str, str]]) -> str:
 # --------------------------------------------------------------------------- tool parts
 
 
-def _denied(part: Any) -> bool:
-    """The call ended as a person's denial (it never ran)."""
-    st = part.state
-    return st.status == "error" and st.metadata.get("denied") is True
-
-
-def _tool_status(part: Any, cut: bool = False) -> tuple[str, str]:
-    """(css status, label) of a ToolPart. ``cut``: the run was aborted, so an unfinished call
-    is shown as the store holds it: cut at the abort, to be decided by a resume. A call that
-    waits for a person is not cut: it waits for the decision, whatever stopped the run."""
-    status = getattr(part.state, "status", "pending")
-    if part.interrupted:
-        return "interrupted", f"interrupted ({part.interrupt_reason or '?'})"
-    if getattr(part, "awaiting_approval", False):
-        return "awaiting", "awaiting approval"
-    if _denied(part):
-        return "denied", "denied"
-    if cut and status in ("pending", "running"):
-        return "unfinished", f"{status} at abort"
-    return status, status
-
-
 def approval_badge(part: Any) -> str:
     """A person's decision on a call, as a badge of the same size as the others ("" when none, or
     when the status badge already says it: awaiting approval, denied)."""
     approval = getattr(part, "approval", None)
     if approval == "approved":
-        return f"<span class='we0-badge we0-o-approved'>{'approved, edited' if _edited(part) else 'approved'}</span>"
-    if approval == "denied" and not _denied(part):
+        return f"<span class='we0-badge we0-o-approved'>{'approved, edited' if edited(part) else 'approved'}</span>"
+    if approval == "denied" and not denied(part):
         return "<span class='we0-badge we0-o-denied'>denied</span>"
     return ""
-
-
-def _edited(part: Any) -> bool:
-    detail = getattr(part, "approval_detail", None)
-    return detail is not None and detail.input is not None
 
 
 def _approval_note(part: Any) -> str:
@@ -164,7 +123,7 @@ def _approval_note(part: Any) -> str:
     elif approval == "approved":
         if detail.input is not None:
             bits.append(f"arguments corrected by a person; the model asked for "
-                        f"<span class='we0-mono'>{esc(_json(detail.original_input))}</span>")
+                        f"<span class='we0-mono'>{esc(to_json(detail.original_input))}</span>")
         if part.state.status == "pending":
             bits.append("a resume runs it")
     return f"<div class='we0-note'>{' · '.join(bits)}</div>" if bits else ""
@@ -189,24 +148,6 @@ def _outcome(part: Any, recovery: Optional[str], kept: bool) -> Optional[str]:
     return None
 
 
-def _tool_input(part: Any) -> str:
-    st = part.state
-    raw = getattr(st, "raw", None)
-    if raw is not None:
-        return raw
-    return _json(getattr(st, "input", {}))
-
-
-def _tool_result(part: Any) -> tuple[str, bool]:
-    """(text, is_error)"""
-    st = part.state
-    if st.status == "completed":
-        return st.output, False
-    if st.status == "error":
-        return st.error, True
-    return "", False
-
-
 _MIME = re.compile(r"[\w.+-]+/[\w.+-]+")
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 
@@ -229,11 +170,11 @@ def _attachments_html(state: Any) -> str:
 
 
 def tool_row_html(part: Any, recovery: Optional[str] = None, *, kept: bool = False, cut: bool = False) -> str:
-    status, label = _tool_status(part, cut)
+    status, label = tool_status(part, cut)
     st = part.state
     t = getattr(st, "time", None)
     dur = _dur(getattr(t, "start", None), getattr(t, "end", None)) if t is not None else ""
-    out, is_err = _tool_result(part)
+    out, is_err = tool_result(part)
     out_html = _clip_html(out)
     if is_err:
         out_html = f"<span class='{'we0-warn' if status == 'interrupted' else 'we0-err'}'>{out_html}</span>"
@@ -246,7 +187,7 @@ def tool_row_html(part: Any, recovery: Optional[str] = None, *, kept: bool = Fal
     approval = f" data-approval='{esc(part.approval)}'" if getattr(part, "approval", None) else ""
     return (f"<tr data-status='{esc(shown)}'{approval}><td class='we0-cell'><code>{esc(part.tool)}</code>"
             f"<div class='we0-note we0-mono we0-id'>{esc(part.call_id)}</div></td>"
-            f"<td class='we0-cell we0-io we0-mono'>{_clip_html(_tool_input(part))}</td>"
+            f"<td class='we0-cell we0-io we0-mono'>{_clip_html(tool_input(part))}</td>"
             f"<td class='we0-cell'>{badges}{note}</td>"
             f"<td class='we0-cell we0-muted'>{esc(dur)}</td>"
             f"<td class='we0-cell we0-io'>{out_html}{_attachments_html(st)}</td></tr>")
@@ -417,7 +358,7 @@ def _fragment(obj: Any) -> str:
                 ("session", f"<code>{esc(obj.session_id)}</code>"), ("steps", esc(obj.steps)),
                 ("tokens", esc(f"{u.input_tokens} in / {u.output_tokens} out"))]
         if obj.output is not None:
-            rows.append(("output", f"<span class='we0-mono'>{_clip_html(_json(_dump(obj.output)))}</span>"))
+            rows.append(("output", f"<span class='we0-mono'>{_clip_html(to_json(dump(obj.output)))}</span>"))
         text = f"<div class='we0-text'>{esc(obj.text)}</div>" if obj.text else ""
         waiting = tool_table_html(obj.approvals) if getattr(obj, "approvals", None) else ""
         return f"<div><span class='we0-role'>run result</span></div>{_kv(rows)}{text}{waiting}"
@@ -432,121 +373,9 @@ def _fragment(obj: Any) -> str:
     return f"<div class='we0-text'>{esc(repr(obj))}</div>"
 
 
-def _dump(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        try:
-            return dump(mode="json")
-        except Exception:  # pragma: no cover - exotic objects fall back to str
-            return str(value)
-    return value
-
-
 def render_html(obj: Any) -> str:
     """The full, self-contained HTML of a public object (style included)."""
     return wrap(_fragment(obj))
-
-
-# --------------------------------------------------------------------------- plain text
-
-
-def _tool_line(part: Any) -> str:
-    status, label = _tool_status(part)
-    out, is_err = _tool_result(part)
-    # no duration here: the plain text stays deterministic (nbval compares it)
-    tail = f" -> {_clip(out, 120)!r}" if out else ""
-    extra = (" [recalled]" if part.recalled else "") + _approval_text(part)
-    return f"tool {part.tool}({_clip(_tool_input(part), 120)}) {label}{extra}{tail}"
-
-
-def _approval_text(part: Any) -> str:
-    """The approval facts of a call in the plain-text line (deterministic: no times)."""
-    approval, detail = getattr(part, "approval", None), getattr(part, "approval_detail", None)
-    if approval is None:
-        return ""
-    if part.awaiting_approval:
-        return f" (why: {_clip(detail.why, 120)})" if detail is not None and detail.why else ""
-    if approval == "approved":
-        return " [approved, arguments corrected]" if _edited(part) else " [approved]"
-    if approval == "denied" and not _denied(part):
-        return " [denied]"
-    return ""
-
-
-def _part_line(part: Any, limit: Optional[int] = PLAIN_TEXT_LIMIT) -> Optional[str]:
-    t = getattr(part, "type", None)
-    if t == "text":
-        return part.text if limit is None else _clip(part.text, limit)
-    if t == "reasoning":
-        return f"(reasoning, {len(part.text)} chars)"
-    if t == "tool":
-        return _tool_line(part)
-    if t == "compaction":
-        return f"(summary) {_clip(part.summary, PLAIN_TEXT_LIMIT)}"
-    return None
-
-
-def message_text(info: Any, parts: Sequence[Any], limit: Optional[int] = PLAIN_TEXT_LIMIT) -> str:
-    role = getattr(info, "role", "assistant") if info is not None else "assistant"
-    head = f"[{role}]"
-    if info is not None and role == "assistant":
-        if info.time.completed is None:
-            head += " (unfinished)"
-        if info.error is not None:
-            head += f" ({info.error.reason})"
-    lines = [_part_line(p, limit) for p in parts]
-    body = [line for line in lines if line is not None]
-    if not body:
-        return head
-    first, rest = body[0], body[1:]
-    return "\n".join([f"{head} {first}"] + [f"  {line}" for line in rest])
-
-
-def render_text(obj: Any) -> str:
-    """A readable plain-text summary (what nbval compares, and what a terminal shows)."""
-    from ..messages import AssistantMessage, MessageWithParts, Session, Transcript, UserMessage
-
-    if isinstance(obj, Transcript):
-        if obj.session is None:
-            return "Transcript(no session)"
-        s = obj.session
-        title = f" {s.title!r}" if s.title else ""
-        lines = [f"Transcript {s.id}{title}: {len(obj.messages)} messages"]
-        lines += [message_text(m.info, m.parts) for m in obj.messages]
-        return "\n".join(lines)
-    if isinstance(obj, MessageWithParts):
-        return message_text(obj.info, obj.parts)
-    if isinstance(obj, Session):
-        title = f" {obj.title!r}" if obj.title else ""
-        return f"Session {obj.id}{title}" + (" (reverted)" if obj.revert is not None else "")
-    if isinstance(obj, UserMessage):
-        return f"UserMessage {obj.id}"
-    if isinstance(obj, AssistantMessage):
-        state = "unfinished" if obj.time.completed is None else f"finish={obj.finish_reason}"
-        err = f", error={obj.error.reason}" if obj.error is not None else ""
-        return f"AssistantMessage {obj.id} ({state}{err})"
-    t = getattr(obj, "type", None)
-    if t == "text":
-        return f"TextPart: {_clip(obj.text, PLAIN_TEXT_LIMIT)}"
-    if t == "reasoning":
-        return f"ReasoningPart: {_clip(obj.text, PLAIN_TEXT_LIMIT)}"
-    if t == "tool":
-        return "ToolPart: " + _tool_line(obj)
-    if t == "step-start":
-        return "StepStartPart"
-    if t == "step-finish":
-        return f"StepFinishPart(reason={obj.reason})"
-    if t == "compaction":
-        return f"CompactionPart: {_clip(obj.summary, PLAIN_TEXT_LIMIT)}"
-    cls = type(obj).__name__
-    if cls == "RunResult":
-        out = f", output={_clip(_json(_dump(obj.output)), 200)}" if obj.output is not None else ""
-        head = f"RunResult(result={obj.result!r}, steps={obj.steps}{out}): {_clip(obj.text, PLAIN_TEXT_LIMIT)}"
-        return "\n".join([head] + [f"  awaiting: {_tool_line(p)}" for p in getattr(obj, "approvals", None) or ()])
-    if cls == "RunRequest":
-        n = len(obj.messages or ())
-        return f"RunRequest(mode={obj.mode!r}, session_id={obj.session_id!r}, messages={n})"
-    return repr(obj)
 
 
 def mimebundle(obj: Any) -> dict[str, str]:

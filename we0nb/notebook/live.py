@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Optional, Union
 
 from . import html as H
+from .plain import message_text
 
 __all__ = ["LiveView", "show", "ipython_display"]
 
@@ -418,7 +419,7 @@ class LiveView:
             chars = sum(len(p.text) for t in self.turns for p in t.parts if getattr(p, "type", "") == "text")
             return f"{head} — {self.delta_count} deltas, {chars} chars so far"
         lines = [head]
-        lines += [H.message_text(t.info, t.parts, limit=None) for t in self.turns]  # exact text
+        lines += [message_text(t.info, t.parts, limit=None) for t in self.turns]  # exact text
         if self.recovery_log:
             lines.append("recovery: " + "; ".join(self.recovery_log))
         if self.status == "aborted":

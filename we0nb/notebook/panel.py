@@ -189,7 +189,7 @@ class RunPanel:
         if self._superseded and self.status != "running":
             label += " · a newer panel runs this session; use that one"
         if self.status == _AWAITING:
-            from .html import render_text
+            from .plain import render_text
 
             label += "".join(f"\n  {render_text(r.part).removeprefix('ToolPart: ')}" for r in self.approvals.undecided)
         return label

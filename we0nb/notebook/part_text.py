@@ -1,0 +1,81 @@
+"""What a part says as plain strings: its status label, its input, its result, clipped text.
+
+One place for these facts, shared by the HTML renderer (:mod:`we0nb.notebook.html`) and the
+plain-text one (:mod:`we0nb.notebook.plain`); nothing here is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["clip", "to_json", "dump", "denied", "edited", "tool_status", "tool_input", "tool_result"]
+
+
+def clip(text: str, limit: int) -> str:
+    text = text.replace("\r", "")
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"… (+{len(text) - limit} chars)"
+
+
+def to_json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def dump(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return dump(mode="json")
+        except Exception:  # pragma: no cover - exotic objects fall back to str
+            return str(value)
+    return value
+
+
+def denied(part: Any) -> bool:
+    """The call ended as a person's denial (it never ran)."""
+    st = part.state
+    return st.status == "error" and st.metadata.get("denied") is True
+
+
+def tool_status(part: Any, cut: bool = False) -> tuple[str, str]:
+    """(css status, label) of a ToolPart. ``cut``: the run was aborted, so an unfinished call
+    is shown as the store holds it: cut at the abort, to be decided by a resume. A call that
+    waits for a person is not cut: it waits for the decision, whatever stopped the run."""
+    status = getattr(part.state, "status", "pending")
+    if part.interrupted:
+        return "interrupted", f"interrupted ({part.interrupt_reason or '?'})"
+    if getattr(part, "awaiting_approval", False):
+        return "awaiting", "awaiting approval"
+    if denied(part):
+        return "denied", "denied"
+    if cut and status in ("pending", "running"):
+        return "unfinished", f"{status} at abort"
+    return status, status
+
+
+def edited(part: Any) -> bool:
+    detail = getattr(part, "approval_detail", None)
+    return detail is not None and detail.input is not None
+
+
+def tool_input(part: Any) -> str:
+    st = part.state
+    raw = getattr(st, "raw", None)
+    if raw is not None:
+        return raw
+    return to_json(getattr(st, "input", {}))
+
+
+def tool_result(part: Any) -> tuple[str, bool]:
+    """(text, is_error)"""
+    st = part.state
+    if st.status == "completed":
+        return st.output, False
+    if st.status == "error":
+        return st.error, True
+    return "", False
