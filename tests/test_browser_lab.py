@@ -73,13 +73,26 @@ def artifacts() -> Path:
     return d
 
 
+#: 'idle' once the notebook is attached to a started kernel that is idle. The execution indicator
+#: alone says "idle" while the toolbar still says "No Kernel" (the session is being created); a Run
+#: All clicked then makes JupyterLab start a second kernel per cell and, 30 s later, ask "Select Kernel".
+KERNEL_READY_JS = """kernel => {
+    if (document.querySelector('.jp-Dialog')) return 'dialog';
+    const name = document.querySelector('.jp-Toolbar-kernelName');
+    const shown = name ? name.innerText.trim() : '';
+    const idle = document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']");
+    const bar = [...document.querySelectorAll('.jp-StatusBar-TextItem')]
+        .some(e => / \\| Idle$/.test(e.innerText.trim()) && !e.innerText.includes('No Kernel'));
+    return idle && bar && shown && shown !== 'No Kernel' && (!kernel || shown === kernel) ? 'idle' : null;
+}"""
+
+
 def _kernel_ready(page, kernel: str | None = None) -> None:
-    """Wait for an idle kernel, answering the dialogs JupyterLab shows on the way ("Select Kernel"…)."""
+    """Wait until the notebook's kernel (display name ``kernel`` when given) is started and idle,
+    answering the dialogs JupyterLab shows on the way ("Select Kernel"…)."""
     answered = []
     for _ in range(5):
-        state = page.wait_for_function("""() => document.querySelector('.jp-Dialog') ? 'dialog'
-            : (document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']") ? 'idle' : null)""",
-                                       timeout=120_000).json_value()
+        state = page.wait_for_function(KERNEL_READY_JS, arg=kernel, timeout=120_000).json_value()
         if state == "idle":
             return
         answered.append(answer_dialog(page, kernel))
@@ -121,7 +134,7 @@ def _open_and_run(page, lab: Lab, attempt: int) -> None:
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     restart, state = attempt > 0, "not started"
     for _ in range(4):
-        _kernel_ready(page)
+        _kernel_ready(page, kernel="Python 3 (ipykernel)")
         _run_all(page, restart=restart)
         restart = True  # any further run starts from a fresh kernel
         if not _started(page):  # right after the kernel dialog, Run All can be dropped
