@@ -79,10 +79,11 @@ class MemoryPersistence(Persistence):
         stored.parts[part.id] = part.__pydantic_serializer__.to_json(part)
 
     async def commit(self, writes: Sequence[Batch], *, lease: Optional[Lease] = None) -> None:
-        cls = type(self)
+        cls, own = type(self), self.__dict__
         if cls.upsert_message is not _UPSERT_MESSAGE or cls.upsert_part is not _UPSERT_PART \
-                or cls.check_lease is not _CHECK_LEASE:
-            return await self._commit_through_overrides(writes, lease)  # a subclass changed a step
+                or cls.check_lease is not _CHECK_LEASE or not _OVERRIDABLE.isdisjoint(own):
+            # a subclass (or this instance) replaced a step: await each, as the port's default does
+            return await self._commit_through_overrides(writes, lease)
         if lease is not None:
             self._check_lease_now(lease)
         put_message, put_part = self._put_message, self._put_part
@@ -226,6 +227,7 @@ class MemoryPersistence(Persistence):
 _UPSERT_MESSAGE = MemoryPersistence.upsert_message
 _UPSERT_PART = MemoryPersistence.upsert_part
 _CHECK_LEASE = MemoryPersistence.check_lease
+_OVERRIDABLE = frozenset(("upsert_message", "upsert_part", "check_lease"))
 
 
 def _info(info: BatchInfo, rows: Sequence[BatchItem]) -> BatchInfo:
