@@ -36,8 +36,18 @@ def id_time(value: str) -> Optional[int]:
         return None
 
 
-def _next(floor: int) -> int:
-    global _last
+#: random bytes drawn from ``os.urandom`` a few kilobytes at a time (one system call per
+#: 800 ids instead of one per id); each id takes the next 5 bytes, never reused (a forked
+#: child drops the parent's)
+_RANDOM_CHUNK = 4000
+_random = b""
+_random_at = 0
+
+
+def _next(floor: int) -> tuple[int, str]:
+    """The next time part (strictly increasing, above ``floor``) and 10 hex digits of
+    ``os.urandom`` output, under one lock (thread-safe)."""
+    global _last, _random, _random_at
     t = time.time_ns() // 1000
     with _lock:
         if t <= _last:
@@ -45,12 +55,28 @@ def _next(floor: int) -> int:
         if t <= floor:
             t = floor + 1
         _last = t
-    return t
+        at = _random_at
+        if at + 5 > len(_random):
+            _random, at = os.urandom(_RANDOM_CHUNK), 0
+        _random_at = at + 5
+        rand = _random[at:at + 5]
+    return t, rand.hex()
+
+
+def _forget_random() -> None:
+    """In a forked child: never reuse the parent's bytes (both would make the same ids)."""
+    global _random, _random_at
+    _random, _random_at = b"", 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_random)
 
 
 def new_id(prefix: str) -> str:
     """A new id such as ``msg_0615f3a2b4c5d6e7a1b2c3d4``: strictly increasing within a process."""
-    return f"{prefix}_{_next(0):014x}{os.urandom(5).hex()}"
+    t, rand = _next(0)
+    return f"{prefix}_{t:014x}{rand}"
 
 
 class IdSequence:
@@ -70,6 +96,6 @@ class IdSequence:
                 self._floor = t
 
     def __call__(self, prefix: str) -> str:
-        t = _next(self._floor)
+        t, rand = _next(self._floor)
         self._floor = t
-        return f"{prefix}_{t:014x}{os.urandom(5).hex()}"
+        return f"{prefix}_{t:014x}{rand}"

@@ -68,6 +68,27 @@ class _Model(_Displayable, BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
 
+_set = object.__setattr__
+
+
+def snapshot(m: BaseModel) -> Any:
+    """``m.model_copy()`` — a shallow copy, what events carry — without its generic overhead.
+
+    The same copy as pydantic's ``__copy__``: the field dict, the fields set and the extra
+    fields copied, no private attributes (a model with some takes ``model_copy`` itself).
+    """
+    if getattr(m, "__pydantic_private__", None) is not None:
+        return m.model_copy()
+    cls = m.__class__
+    c = cls.__new__(cls)
+    _set(c, "__dict__", m.__dict__.copy())
+    extra = m.__pydantic_extra__
+    _set(c, "__pydantic_extra__", None if extra is None else extra.copy())
+    _set(c, "__pydantic_fields_set__", m.__pydantic_fields_set__.copy())
+    _set(c, "__pydantic_private__", None)
+    return c
+
+
 # --------------------------------------------------------------------------- sessions
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .._ids import new_id, now
-from ..messages import ToolApproval, ToolPart
+from ..messages import ToolApproval, ToolPart, snapshot
 from ..persistence.base import Persistence
 from ..tools import AnyToolDefinition, ToolInputError
 from .request import check_session_id
@@ -27,7 +27,7 @@ async def pending_approvals(p: Persistence, session_id: str) -> list[ToolPart]:
     recent = await p.load_recent(session_id)
     for m in reversed(recent.messages):
         if m.info.role == "assistant":
-            return [part.model_copy() for part in m.awaiting_approval]
+            return [snapshot(part) for part in m.awaiting_approval]
     return []
 
 
@@ -53,7 +53,7 @@ async def decide(p: Persistence, tools: dict[str, AnyToolDefinition], session_id
         part.approval_detail = detail.model_copy(update=update)
         await p.commit([(None, [part], None)], lease=lease)
         await p.flush()
-        return part.model_copy()
+        return snapshot(part)
     finally:
         await lease.release()
 

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Optional, Sequence
 
 from .._ids import now
 from ..errors import CompactionError, ContextWindowExceeded, ModelError
-from ..messages import AssistantMessage, CompactionPart, MessageTime, MessageWithParts, Usage
+from ..messages import AssistantMessage, CompactionPart, MessageTime, MessageWithParts, Usage, snapshot
 from ..models.base import AssistantTurn, FinishEvent, ModelMessage, ModelRequest, TextDelta, ToolResult, UserTurn
 from ..persistence.base import Batch
 from .abort import Aborted
@@ -303,7 +303,7 @@ class Compactor:
         state.usage = state.usage + usage
         state.history.invalidate()
         self.compacted = True
-        yield {"type": "compaction", "part": part.model_copy(), "message": summary.model_copy()}
+        yield {"type": "compaction", "part": snapshot(part), "message": snapshot(summary)}
 
     def _check_summary(self, text: str, usage: Usage) -> None:
         """Refuse a summary that is empty or would not shrink the context (it would loop)."""

@@ -13,7 +13,8 @@ import asyncio
 from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
 from .._ids import now
-from ..messages import ToolPart, ToolStateCompleted, ToolStateError, ToolStatePending, ToolStateRunning, ToolTime
+from ..messages import (ToolPart, ToolStateCompleted, ToolStateError, ToolStatePending, ToolStateRunning, ToolTime,
+                        snapshot)
 from ..tools import ToolError, ToolInputError, ToolOutputError, ToolReturn, to_output
 from .abort import Aborted
 
@@ -55,12 +56,10 @@ def denied(part: ToolPart) -> ToolStateError:
     )
 
 
-def _snapshot(part: ToolPart) -> ToolPart:
-    return part.model_copy()  # states are replaced, never mutated: a shallow copy is faithful
-
-
 class ToolExecutor:
-    """Runs the tool calls of a run (live steps and recalls)."""
+    """Runs the tool calls of a run (live steps and recalls). Events carry snapshots of the
+    parts (:func:`~we0nb.messages.snapshot`): states are replaced, never mutated, so a shallow
+    copy is faithful."""
 
     def __init__(self, state: "RunState", output: "OutputChecker") -> None:
         self.state = state
@@ -89,7 +88,7 @@ class ToolExecutor:
                     state.writer.mark(tp)
                 else:
                     await state.writer.write(None, tp)
-                    yield {"type": "tool", "part": _snapshot(tp)}
+                    yield {"type": "tool", "part": snapshot(tp)}
                 continue
             async for ev in self.execute(tp, recalled=False, defer_final=last):
                 yield ev
@@ -129,14 +128,14 @@ class ToolExecutor:
             else:
                 tp.state = ToolStateRunning(input=dict(tp.state.input), time=ToolTime(start=now()))
                 await state.writer.write(None, tp)           # write-ahead: durable before the tool runs
-                yield {"type": "tool", "part": _snapshot(tp)}
+                yield {"type": "tool", "part": snapshot(tp)}
                 state.scope.check()
                 tp.state = await self._run(definition, kwargs, tp.state, meta)
         if defer_final:
             state.writer.mark(tp)
             return
         await state.writer.write(None, tp)
-        yield {"type": "tool", "part": _snapshot(tp)}
+        yield {"type": "tool", "part": snapshot(tp)}
 
     async def _run(self, definition: Any, kwargs: dict[str, Any], running: ToolStateRunning,
                    meta: dict[str, Any]) -> Any:

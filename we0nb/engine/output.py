@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from .._ids import now
 from ..errors import OutputValidationError
-from ..messages import MessageWithParts, ToolPart, ToolStateCompleted, ToolStateError, ToolTime
+from ..messages import MessageWithParts, ToolPart, ToolStateCompleted, ToolStateError, ToolTime, snapshot
 
 if TYPE_CHECKING:  # pragma: no cover
     from .state import RunState
@@ -197,4 +197,4 @@ class OutputChecker:
 
     async def _ask_again(self, text: str) -> list[dict[str, Any]]:
         m = await self.state.append_user_message(text, synthetic=True)
-        return [{"type": "user-message", "message": m.info.model_copy(), "text": m.text}]
+        return [{"type": "user-message", "message": snapshot(m.info), "text": m.text}]

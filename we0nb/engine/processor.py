@@ -36,6 +36,7 @@ from ..messages import (
     ToolApproval,
     ToolPart,
     ToolStatePending,
+    snapshot,
 )
 from ..models.base import FinishEvent, ModelRequest, ReasoningDelta, ReasoningEnd, TextDelta, ToolCallEvent
 from .abort import Aborted
@@ -82,7 +83,8 @@ class StepProcessor:
         self.state = state
         self.msg = msg
         self.info: AssistantMessage = msg.info  # type: ignore[assignment]
-        self.finish = FinishEvent()
+        #: the model's finish event (None: it sent none, a default finish is used)
+        self.finish: Optional[FinishEvent] = None
         self.joiner = SurrogateJoiner()
         self._call_ids: set[str] = set()
 
@@ -132,11 +134,11 @@ class StepProcessor:
         if cls is ToolCallEvent:
             out = await self._close_open()
             tp = self._tool_call(ev)
-            out.append({"type": "tool", "part": tp.model_copy()})
+            out.append({"type": "tool", "part": snapshot(tp)})
             if tp.approval == "requested":
                 # durability point: the request is stored before anything else happens
                 await self.state.writer.write(None, tp)
-                out.append({"type": "approval-request", "part": tp.model_copy()})
+                out.append({"type": "approval-request", "part": snapshot(tp)})
             return out
         if cls is FinishEvent:
             self.finish = ev
@@ -157,7 +159,7 @@ class StepProcessor:
         self.msg.parts.append(part)
         state.writer.open_part(part)
         await state.writer.write(None, part)
-        out.append({"type": f"{kind}-start", "part": part.model_copy()})
+        out.append({"type": f"{kind}-start", "part": snapshot(part)})
         return out
 
     async def _reasoning_end(self, ev: ReasoningEnd) -> list[dict[str, Any]]:
@@ -175,8 +177,8 @@ class StepProcessor:
                              time=PartTime(start=t, end=t), signature=ev.signature, redacted=ev.redacted)
         self.msg.parts.append(part)
         await state.writer.write(None, part)
-        out.append({"type": "reasoning-start", "part": part.model_copy()})
-        out.append({"type": "reasoning-end", "part": part.model_copy()})
+        out.append({"type": "reasoning-start", "part": snapshot(part)})
+        out.append({"type": "reasoning-end", "part": snapshot(part)})
         return out
 
     async def _close_open(self) -> list[dict[str, Any]]:
@@ -184,7 +186,7 @@ class StepProcessor:
         if writer.open is None:
             return []
         closed = await writer.flush_open(close=True, tail=self.joiner.flush())
-        return [{"type": f"{closed.type}-end", "part": closed.model_copy()}]  # type: ignore[union-attr]
+        return [{"type": f"{closed.type}-end", "part": snapshot(closed)}]  # type: ignore[union-attr]
 
     def _tool_call(self, ev: ToolCallEvent) -> ToolPart:
         """A pending call: not a durability point, it goes with the next commit."""

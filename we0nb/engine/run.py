@@ -33,8 +33,10 @@ from ..messages import (
     StepFinishPart,
     StepStartPart,
     ToolPart,
+    snapshot,
     turn_pending,
 )
+from ..models.base import FinishEvent
 from .abort import Aborted, AbortScope
 from .compaction import Compactor
 from .executor import ToolExecutor, denied, interrupted
@@ -171,7 +173,7 @@ class Run:
         last = next((m for m in reversed(state.messages) if m.info.role == "assistant" and not m.is_summary), None)
         return RunResult(
             result="approval" if awaiting else "compact" if compacted else "stop",
-            approvals=[p.model_copy() for p in awaiting],
+            approvals=[snapshot(p) for p in awaiting],
             session_id=self.req.session_id,
             text=last.text if last else "",
             output=state.output if self.structured else None,
@@ -215,7 +217,7 @@ class Run:
             yield ev
         for u in self.req.messages or ():
             m = await self.state.append_user_message(clean(u.text))
-            yield {"type": "user-message", "message": m.info.model_copy(), "text": m.text}
+            yield {"type": "user-message", "message": snapshot(m.info), "text": m.text}
 
     async def _touch_session(self, session: Session) -> None:
         # the lease makes this run the session's only writer, so ``session`` is current
@@ -263,21 +265,21 @@ class Run:
                 info.error = MessageError(reason=UNFINISHED_REASON, message=UNFINISHED_MESSAGE,
                                           metadata={"recovered": True, "mode": mode})
             await state.writer.write(info, final=last)
-            yield {"type": "recovery", "action": "close", "message": info.model_copy()}
+            yield {"type": "recovery", "action": "close", "message": snapshot(info)}
         state.history.invalidate()
 
     async def _apply(self, action: str, reason: str, part: ToolPart,
                      executor: ToolExecutor) -> AsyncIterator[dict[str, Any]]:
         """One row of the plan: keep, await, interrupt, deny, recall or execute the call."""
         writer = self.state.writer
-        yield {"type": "recovery", "action": action, "part": part.model_copy()}
+        yield {"type": "recovery", "action": action, "part": snapshot(part)}
         if action == "await":
             if part.awaiting_approval:
                 executor.awaiting.append(part)
         elif action in ("interrupt", "deny"):
             part.state = interrupted(part.state, reason) if action == "interrupt" else denied(part)
             await writer.write(None, part)
-            yield {"type": "tool", "part": part.model_copy()}
+            yield {"type": "tool", "part": snapshot(part)}
         elif action in ("recall", "execute"):
             async for ev in executor.execute(part, recalled=action == "recall"):
                 yield ev
@@ -319,7 +321,7 @@ class Run:
         if state.steps > 1 and agent.toolset.sources:  # (after the commit above: it holds the last step's end)
             await state.refresh_tools()  # an MCP server's tools may have changed, or it restarted
             request.tools = list(state.tools.schemas)
-        yield {"type": "step-start", "step": state.steps, "message": info.model_copy()}
+        yield {"type": "step-start", "step": state.steps, "message": snapshot(info)}
         processor = StepProcessor(state, msg)
         async for ev in processor.run(request):
             yield ev
@@ -327,15 +329,21 @@ class Run:
         async for ev in executor.run_step(calls):
             yield ev
         state.scope.check()
+        if self.agent.output_type is None:
+            # durability point: the step's end — committed with whatever the run writes next, at
+            # once (the next step's start, or the run's end); nothing is yielded or run before it
+            info, sf, events = self._close_step(msg, processor, calls)
+            writer.defer_end(info, (sf,), msg, events)
+            return
         async for ev in self._finish_step(msg, processor, calls, output):
             yield ev
 
-    async def _finish_step(self, msg: MessageWithParts, processor: StepProcessor, calls: list[ToolPart],
-                           output: OutputChecker) -> AsyncIterator[dict[str, Any]]:
-        """Close the step's message; its end is committed with the next write (no output type)."""
-        state, writer = self.state, self.state.writer
+    def _close_step(self, msg: MessageWithParts, processor: StepProcessor,
+                    calls: list[ToolPart]) -> tuple[AssistantMessage, StepFinishPart, list[dict[str, Any]]]:
+        """Close the step's message: its finish part, times and usage; the step end's events."""
+        state = self.state
         info: AssistantMessage = msg.info  # type: ignore[assignment]
-        finish = processor.finish
+        finish = processor.finish or FinishEvent()
         state.usage = state.usage + finish.usage
         end = now()
         sf = StepFinishPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
@@ -346,16 +354,17 @@ class Run:
         info.usage = finish.usage
         # the last call's end state is committed with the step's end: its event waits for it (a
         # call left pending behind an approval has not changed, so it has no new event)
-        events: list[dict[str, Any]] = ([{"type": "tool", "part": calls[-1].model_copy()}]
+        events: list[dict[str, Any]] = ([{"type": "tool", "part": snapshot(calls[-1])}]
                                         if calls and calls[-1].finished else [])
-        events.append({"type": "step-finish", "step": state.steps, "message": info.model_copy(),
+        events.append({"type": "step-finish", "step": state.steps, "message": snapshot(info),
                        "finish_reason": finish.reason, "usage": finish.usage})
-        if self.agent.output_type is None:
-            # durability point: the step's end — committed with whatever the run writes next, at
-            # once (the next step's start, or the run's end); nothing is yielded or run before it
-            writer.defer_end(info, (sf,), msg, events)
-            return
-        await writer.write(info, sf, final=msg)
+        return info, sf, events
+
+    async def _finish_step(self, msg: MessageWithParts, processor: StepProcessor, calls: list[ToolPart],
+                           output: OutputChecker) -> AsyncIterator[dict[str, Any]]:
+        """With an output type: the step's end is committed at once, then the output is checked."""
+        info, sf, events = self._close_step(msg, processor, calls)
+        await self.state.writer.write(info, sf, final=msg)
         for ev in events:
             yield ev
         for ev in await output.after_step(msg):  # (an invalid answer: a message asking again)

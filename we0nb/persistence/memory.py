@@ -55,6 +55,12 @@ class MemoryPersistence(Persistence):
         return [Session.model_validate_json(self._sessions[k]) for k in sorted(self._sessions)]
 
     async def upsert_message(self, message: MessageInfo) -> None:
+        self._put_message(message)
+
+    async def upsert_part(self, part: Part) -> None:
+        self._put_part(part)
+
+    def _put_message(self, message: MessageInfo) -> None:
         msgs = self._messages.setdefault(message.session_id, {})
         copy = message.__pydantic_serializer__.to_json(message)
         stored = msgs.get(message.id)
@@ -63,7 +69,7 @@ class MemoryPersistence(Persistence):
         else:
             stored.info = copy
 
-    async def upsert_part(self, part: Part) -> None:
+    def _put_part(self, part: Part) -> None:
         stored = self._messages.get(part.session_id, {}).get(part.message_id)
         if stored is None:
             raise KeyError(
@@ -73,15 +79,33 @@ class MemoryPersistence(Persistence):
         stored.parts[part.id] = part.__pydantic_serializer__.to_json(part)
 
     async def commit(self, writes: Sequence[Batch], *, lease: Optional[Lease] = None) -> None:
+        cls, own = type(self), self.__dict__
+        if cls.upsert_message is not _UPSERT_MESSAGE or cls.upsert_part is not _UPSERT_PART \
+                or cls.check_lease is not _CHECK_LEASE or not _OVERRIDABLE.isdisjoint(own):
+            # a subclass (or this instance) replaced a step: await each, as the port's default does
+            return await self._commit_through_overrides(writes, lease)
+        if lease is not None:
+            self._check_lease_now(lease)
+        put_message, put_part = self._put_message, self._put_part
+        for message, parts, _view in writes:  # nothing awaits in between: atomic for this process
+            if message is not None:
+                put_message(message)
+            for p in parts:
+                put_part(p)
+
+    async def _commit_through_overrides(self, writes: Sequence[Batch], lease: Optional[Lease]) -> None:
         if lease is not None:
             await self.check_lease(lease)
-        for message, parts, _view in writes:  # nothing awaits in between: atomic for this process
+        for message, parts, _view in writes:
             if message is not None:
                 await self.upsert_message(message)
             for p in parts:
                 await self.upsert_part(p)
 
     async def check_lease(self, lease: Lease) -> None:
+        self._check_lease_now(lease)
+
+    def _check_lease_now(self, lease: Lease) -> None:
         holder = self._leases.get(lease.session_id)
         if holder != lease.owner:
             raise lease.mark_lost(holder)
@@ -198,6 +222,12 @@ class MemoryPersistence(Persistence):
     def _rows(self, name: str) -> list[BatchItem]:
         got = self._batches.get(name)
         return got[1] if got is not None else []
+
+
+_UPSERT_MESSAGE = MemoryPersistence.upsert_message
+_UPSERT_PART = MemoryPersistence.upsert_part
+_CHECK_LEASE = MemoryPersistence.check_lease
+_OVERRIDABLE = frozenset(("upsert_message", "upsert_part", "check_lease"))
 
 
 def _info(info: BatchInfo, rows: Sequence[BatchItem]) -> BatchInfo:

@@ -29,22 +29,27 @@ __all__ = ["statements", "session_row", "message_row", "part_row"]
 # --------------------------------------------------------------------------- rows
 
 
+def _json(m: Any) -> str:
+    """``m.model_dump_json()`` (the same text), without its wrapper's keyword handling."""
+    return m.__pydantic_serializer__.to_json(m).decode()
+
+
 def session_row(s: Any) -> dict[str, Any]:
     row = S.session_columns(s)
-    row["data"] = s.model_dump_json()
+    row["data"] = _json(s)
     return row
 
 
 def message_row(m: Any, view: Optional[str] = None) -> dict[str, Any]:
     row = S.message_columns(m)
-    row["data"] = m.model_dump_json()
+    row["data"] = _json(m)
     row["model_view"] = view
     return row
 
 
 def part_row(p: Any) -> dict[str, Any]:
     row = S.part_columns(p)
-    row["data"] = p.model_dump_json()
+    row["data"] = _json(p)
     return row
 
 
