@@ -114,9 +114,13 @@ def _wait_for_disconnect(h: _Handler) -> None:
             except OSError:
                 data = b""
             if not data:
-                fake.closed_at = time.monotonic()
-                fake.client_closed.set()
+                _client_closed(fake)
                 return
+
+
+def _client_closed(fake: Any) -> None:
+    fake.closed_at = time.monotonic()
+    fake.client_closed.set()
 
 
 def stream(events: Sequence[Union[dict, bytes]], *, cut: bool = False, hold: bool = False,
@@ -135,11 +139,19 @@ def stream(events: Sequence[Union[dict, bytes]], *, cut: bool = False, hold: boo
         for k, v in (headers or {}).items():
             h.send_header(k, v)
         h.end_headers()
-        for ev in events:
-            if isinstance(ev, bytes):
-                h.send_chunk(bytes(ev))
-            else:
-                h.send_chunk(f"event: {ev['type']}\ndata: {json.dumps(ev)}\n\n".encode())
+        try:
+            for ev in events:
+                if isinstance(ev, bytes):
+                    h.send_chunk(bytes(ev))
+                else:
+                    h.send_chunk(f"event: {ev['type']}\ndata: {json.dumps(ev)}\n\n".encode())
+        except (BrokenPipeError, ConnectionResetError):
+            # the client closed while the events were still being written (an abort on an
+            # early event, on a fast machine): that is the disconnect a held stream waits for
+            h.close_connection = True
+            if hold:
+                _client_closed(h.server.fake)
+            return
         h.close_connection = cut or hold
         if cut:
             h.connection.shutdown(socket.SHUT_RDWR)

@@ -135,13 +135,20 @@ def sse(events: list, *, cut: bool = False, hold: bool = False) -> Responder:
         h.send_header("Content-Type", "text/event-stream")
         h.send_header("Transfer-Encoding", "chunked")
         h.end_headers()
-        for ev in events:
-            if isinstance(ev, bytes):
-                h.send_chunk(ev)
-            elif isinstance(ev, str):
-                h.send_chunk(f"data: {ev}\n\n".encode())
-            else:
-                h.send_chunk(f"data: {json.dumps(ev)}\n\n".encode())
+        try:
+            for ev in events:
+                if isinstance(ev, bytes):
+                    h.send_chunk(ev)
+                elif isinstance(ev, str):
+                    h.send_chunk(f"data: {ev}\n\n".encode())
+                else:
+                    h.send_chunk(f"data: {json.dumps(ev)}\n\n".encode())
+        except (BrokenPipeError, ConnectionResetError):  # the client left while we were writing
+            h.close_connection = True
+            if hold:  # the disconnect a held stream waits for
+                h.server.fake.closed_at = time.monotonic()
+                h.server.fake.client_closed.set()
+            return
         if cut:
             h.close_connection = True
             h.connection.shutdown(socket.SHUT_RDWR)
