@@ -15,7 +15,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from we0nb import MemoryPersistence, ScriptedModel, We0Agent  # noqa: E402
 from we0nb.notebook.frames import tool_calls_df  # noqa: E402
-from we0nb.notebook.plots import STEP_COLORS, TOOL_COLORS, plot_timeline, plot_tools, tool_outcome  # noqa: E402
+from we0nb.notebook.plots import OUTCOMES, STEP_COLORS, TOOL_COLORS, plot_timeline, plot_tools, tool_outcome  # noqa: E402
 
 from test_frames import build_history, copy_history  # noqa: E402
 
@@ -108,7 +108,7 @@ def test_tools_chart_bars(memory):
     tools = sorted(calls["tool"].unique().tolist())
     assert len(tools) == 5
     assert len(_bars(lat)) == len(tools)
-    assert len(_bars(out)) == 4 * len(tools)  # one stacked segment per outcome per tool
+    assert len(_bars(out)) == len(OUTCOMES) * len(tools)  # one stacked segment per outcome per tool
     assert [t.get_text() for t in lat.get_yticklabels()] == tools
     # the stacked widths add up to each tool's number of calls
     widths = {}
@@ -124,7 +124,7 @@ def test_tools_chart_bars(memory):
 
 def test_tools_chart_filters_empty_and_axes(memory):
     fig = plot_tools(memory, "ses_b")
-    assert len(_bars(fig.axes[0])) == 2 and len(_bars(fig.axes[1])) == 8
+    assert len(_bars(fig.axes[0])) == 2 and len(_bars(fig.axes[1])) == 2 * len(OUTCOMES)
     empty = plot_tools(MemoryPersistence())
     assert all(len(_bars(a)) == 0 for a in empty.axes)
     assert any(t.get_text() == "no tool calls" for t in empty.axes[0].texts)
@@ -142,7 +142,42 @@ def test_tool_outcome(memory):
     out = tool_outcome(calls)
     assert out[calls["interrupted"]].eq("interrupted").all()
     assert (out == "error").sum() == int(((calls["status"] == "error") & ~calls["interrupted"]).sum())
-    assert list(out.cat.categories) == ["completed", "error", "interrupted", "unfinished"]
+    assert list(out.cat.categories) == ["completed", "error", "denied", "interrupted", "unfinished"]
+
+
+def test_a_denied_call_is_its_own_outcome_not_a_failure():
+    """A person's Deny is a decision: plot_tools shows it as "denied" and its failure rate
+    leaves it out (it used to count as an error)."""
+    from we0nb import text, tool, tool_call, user_message
+
+    @tool(requires_approval=True)
+    def pay(to: str) -> str:
+        return f"paid {to}"
+
+    @tool(side_effects=False)
+    def look(q: str) -> str:
+        return "found"
+
+    store = MemoryPersistence()
+    agent = We0Agent(ScriptedModel([
+        [tool_call("look", {"q": "x"}), tool_call("pay", {"to": "ann"})],
+        [text("Not paid: denied.")],
+    ]), tools=[pay, look], persistence=store)
+
+    async def go() -> None:
+        first = await agent.invoke(session_id="s", messages=[user_message("pay ann")])
+        assert first.result == "approval"
+        await agent.deny("s", first.approvals[0].call_id, reason="no")
+        assert (await agent.invoke(mode="resume", session_id="s")).result == "stop"
+
+    asyncio.run(go())
+    calls = tool_calls_df(store)
+    out = dict(zip(calls["tool"].astype(str), tool_outcome(calls).astype(str)))
+    assert out == {"look": "completed", "pay": "denied"}
+    fig = plot_tools(store)
+    labels = [t.get_text().strip() for t in fig.axes[1].texts]
+    assert labels == ["0% failed", "0% failed"]
+    plt.close(fig)
 
 
 def test_plots_same_on_sqlite(memory, tmp_path):

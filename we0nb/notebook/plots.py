@@ -16,7 +16,7 @@ import pandas as pd
 
 from .frames import SessionIds, TimeLike, messages_df, tool_calls_df
 
-__all__ = ["plot_timeline", "plot_tools", "STEP_COLORS", "TOOL_COLORS", "APPROVAL_COLOR", "tool_outcome", "THEME",
+__all__ = ["plot_timeline", "plot_tools", "STEP_COLORS", "TOOL_COLORS", "APPROVAL_COLOR", "DENIED_COLOR", "tool_outcome", "THEME",
            "INK"]
 
 #: colours by status (colour-blind-safe Okabe–Ito palette)
@@ -35,8 +35,10 @@ STEP_COLORS = {
 }
 #: the wait for a person's decision on a call that needed approval
 APPROVAL_COLOR = "#F0E442"
-OUTCOMES = ("completed", "error", "interrupted", "unfinished")
-_OUTCOME_COLORS = {"completed": TOOL_COLORS["completed"], "error": TOOL_COLORS["error"],
+OUTCOMES = ("completed", "error", "denied", "interrupted", "unfinished")
+#: a call a person denied: it never ran and did not fail (reddish purple, apart from error's vermilion)
+DENIED_COLOR = "#CC79A7"
+_OUTCOME_COLORS = {"completed": TOOL_COLORS["completed"], "error": TOOL_COLORS["error"], "denied": DENIED_COLOR,
                    "interrupted": TOOL_COLORS["interrupted"], "unfinished": TOOL_COLORS["pending"]}
 
 
@@ -79,10 +81,13 @@ def _new_axes(ncols: int = 1, figsize: Optional[tuple[float, float]] = None):
 
 
 def tool_outcome(calls: pd.DataFrame) -> pd.Series:
-    """Each tool call's outcome: ``completed``, ``error`` (failed), ``interrupted`` or ``unfinished``."""
+    """Each tool call's outcome: ``completed``, ``error`` (failed), ``denied`` (a person said no:
+    it never ran, and counts as no failure), ``interrupted`` or ``unfinished``."""
     out = pd.Series("unfinished", index=calls.index, dtype=object)
     out[calls["status"] == "completed"] = "completed"
     out[(calls["status"] == "error") & ~calls["interrupted"]] = "error"
+    if "approval" in calls:
+        out[(calls["approval"] == "denied").fillna(False).to_numpy(dtype=bool)] = "denied"
     out[calls["interrupted"]] = "interrupted"
     return pd.Series(pd.Categorical(out, categories=list(OUTCOMES)), index=calls.index, name="outcome")
 
@@ -228,8 +233,8 @@ def plot_tools(p: Any, session_id: SessionIds = None, *, since: TimeLike = None,
 
     Left: latency per tool — the median duration of its finished calls, with a whisker to
     the 90th percentile (seconds). Right: the calls of each tool stacked by outcome
-    (completed, error, interrupted, unfinished), labelled with the failure rate
-    (errors + interrupts over all calls). ``axes`` = two matplotlib axes to draw into.
+    (completed, error, denied, interrupted, unfinished), labelled with the failure rate
+    (errors + interrupts over all calls; a denied call is a person's decision, not a failure). ``axes`` = two matplotlib axes to draw into.
     ``theme`` as for :func:`plot_timeline`. Returns the Figure.
     """
     calls = tool_calls_df(p, session_id, since=since, until=until)
