@@ -55,6 +55,13 @@ def pg_execute(schema: str, sql: str, params: tuple = ()) -> list[tuple]:
         return cur.fetchall() if cur.description else []
 
 
+def pg_tables(schema: str) -> list[str]:
+    """The names of the tables in ``schema`` (a read-only command must leave it empty)."""
+    rows = pg_execute(schema, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
+                      (schema,))
+    return [r[0] for r in rows]
+
+
 @pytest.fixture
 def pg_schema() -> Iterator[str]:
     if PG_URL is None:

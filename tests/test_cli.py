@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from sql_support import PG_URL, pg_schema, pg_tables  # noqa: F401  (pg_schema: a fixture)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -282,29 +284,12 @@ def test_hints_are_shell_quoted(tmp_path):
 
 
 @pytest.mark.postgres
-def test_reading_commands_never_create_tables_on_postgres(tmp_path):
-    url = os.environ.get("WE0NB_TEST_POSTGRES_URL")
-    if not url:
-        pytest.skip("WE0NB_TEST_POSTGRES_URL is not set")
-    import uuid
-
-    from sqlalchemy import create_engine, inspect, text as sql
-
-    schema = f"we0cli_{uuid.uuid4().hex[:10]}"
-    eng = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
-    try:
-        with eng.begin() as c:
-            c.execute(sql(f'CREATE SCHEMA "{schema}"'))
-        scoped = f"{url}?options=-csearch_path%3D{schema}"
-        for args in (("sessions",), ("show", "ses_x")):
-            err = one_line_error(run(*args, "--db", scoped, cwd=tmp_path))
-            assert "no we0nb data in" in err
-        with eng.connect() as c:
-            assert inspect(c).get_table_names(schema=schema) == []
-    finally:
-        with eng.begin() as c:
-            c.execute(sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        eng.dispose()
+def test_reading_commands_never_create_tables_on_postgres(tmp_path, pg_schema):
+    scoped = f"{PG_URL}?options=-csearch_path%3D{pg_schema}"
+    for args in (("sessions",), ("show", "ses_x")):
+        err = one_line_error(run(*args, "--db", scoped, cwd=tmp_path))
+        assert "no we0nb data in" in err
+    assert pg_tables(pg_schema) == []
 
 
 def test_lab_passes_unknown_options_to_jupyter(tmp_path, capsys, monkeypatch):

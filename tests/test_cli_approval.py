@@ -14,39 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from sql_support import PG_URL, pg_schema, pg_tables  # noqa: F401  (pg_schema: a fixture)
 from test_cli import cli, one_line_error, run
-from test_cli_demo_honesty import _block, _table, ledger, load, sid_of
+from test_cli_demo_honesty import _block, _table, ledger, load, sid_of, truth_rows
 
 FAST = ("--delay", "0")
 
 
 # --------------------------------------------------------------------------- the truth, and the claims
-
-
-def truth_rows(tr) -> list[tuple[str, str, str, dict]]:
-    """(tool, status, outcome, input) of every call, from the typed API alone (approval included)."""
-    rows = []
-    for m in tr.messages:
-        closed = m.info.role == "assistant" and m.info.error is not None and m.info.error.reason == "UnfinishedAssistantMessage"
-        for p in m.tool_parts:
-            if p.interrupted:
-                oc = f"interrupt ({p.interrupt_reason})"
-            elif p.recalled:
-                oc = "recall"
-            elif p.awaiting_approval:
-                oc = "(awaiting approval)"
-            elif p.approval == "denied":
-                oc = "denied"
-            elif p.approval == "approved":
-                oc = "approved" if p.finished else "approved (not run yet)"
-            elif not p.finished:
-                oc = "(unfinished)"
-            elif closed:
-                oc = "keep"
-            else:
-                oc = "-"
-            rows.append((p.tool, p.state.status, oc, p.state.input))
-    return rows
 
 
 def check_approval_demo(out: str, db: Path, sid: str) -> dict:
@@ -344,40 +319,22 @@ def test_approvals_lists_every_session_and_help_names_the_commands(tmp_path, cap
 
 
 @pytest.mark.postgres
-def test_approvals_never_creates_tables_on_postgres(tmp_path):
-    url = os.environ.get("WE0NB_TEST_POSTGRES_URL")
-    if not url:
-        pytest.skip("WE0NB_TEST_POSTGRES_URL is not set")
-    import uuid
-
-    from sqlalchemy import create_engine, inspect, text as sql
-
-    schema = f"we0cliap_{uuid.uuid4().hex[:10]}"
-    eng = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
-    try:
-        with eng.begin() as c:
-            c.execute(sql(f'CREATE SCHEMA "{schema}"'))
-        scoped = f"{url}?options=-csearch_path%3D{schema}"
-        for args in (("approvals",), ("approve", "ses_x", "call_x"), ("deny", "ses_x", "call_x")):
-            assert "no we0nb data in" in one_line_error(run(*args, "--db", scoped, cwd=tmp_path))
-        with eng.connect() as c:
-            assert inspect(c).get_table_names(schema=schema) == []
-        # and on a PostgreSQL store the whole loop works
-        store = f"{url}?options=-csearch_path%3D{schema}"
-        assert run("demo", "--approve", "--no-resume", "--session", "ses_pg", "--db", store, *FAST,
-                   cwd=tmp_path).returncode == 0
-        listed = run("approvals", "--db", store, cwd=tmp_path)
-        assert listed.returncode == 0 and "2 call(s) await a decision" in listed.stdout
-        calls = re.findall(r"^ses_pg\s+(call_\w+)\s+place_order\s+(\{.*?\})", listed.stdout, re.M)
-        by_item = {json.loads(args)["item"]: cid for cid, args in calls}
-        assert run("approve", "ses_pg", by_item["coffee"], "--db", store, cwd=tmp_path).returncode == 0
-        assert run("deny", "ses_pg", by_item["tea"], "--db", store, cwd=tmp_path).returncode == 0
-        r = run("resume", "ses_pg", "--db", store, *FAST, cwd=tmp_path)
-        assert r.returncode == 0 and "OK: no order was placed twice." in r.stdout, r.stdout + r.stderr
-    finally:
-        with eng.begin() as c:
-            c.execute(sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        eng.dispose()
+def test_approvals_never_creates_tables_on_postgres(tmp_path, pg_schema):
+    scoped = f"{PG_URL}?options=-csearch_path%3D{pg_schema}"
+    for args in (("approvals",), ("approve", "ses_x", "call_x"), ("deny", "ses_x", "call_x")):
+        assert "no we0nb data in" in one_line_error(run(*args, "--db", scoped, cwd=tmp_path))
+    assert pg_tables(pg_schema) == []
+    # and on a PostgreSQL store the whole loop works
+    assert run("demo", "--approve", "--no-resume", "--session", "ses_pg", "--db", scoped, *FAST,
+               cwd=tmp_path).returncode == 0
+    listed = run("approvals", "--db", scoped, cwd=tmp_path)
+    assert listed.returncode == 0 and "2 call(s) await a decision" in listed.stdout
+    calls = re.findall(r"^ses_pg\s+(call_\w+)\s+place_order\s+(\{.*?\})", listed.stdout, re.M)
+    by_item = {json.loads(args)["item"]: cid for cid, args in calls}
+    assert run("approve", "ses_pg", by_item["coffee"], "--db", scoped, cwd=tmp_path).returncode == 0
+    assert run("deny", "ses_pg", by_item["tea"], "--db", scoped, cwd=tmp_path).returncode == 0
+    r = run("resume", "ses_pg", "--db", scoped, *FAST, cwd=tmp_path)
+    assert r.returncode == 0 and "OK: no order was placed twice." in r.stdout, r.stdout + r.stderr
 
 
 def test_the_readme_approval_sample_is_what_the_demo_prints(tmp_path):

@@ -48,7 +48,8 @@ def ledger(db: Path, sid: str) -> list[dict]:
 
 
 def truth_rows(tr: Transcript) -> list[tuple[str, str, str, dict]]:
-    """(tool, status, outcome, input) of every call, decided here from the typed API alone."""
+    """(tool, status, outcome, input) of every call, decided here from the typed API alone (the
+    approval outcomes too, for `we0nb demo --approve`; a call that needed none never meets them)."""
     rows = []
     for m in tr.messages:
         closed = m.info.role == "assistant" and m.info.error is not None and m.info.error.reason == "UnfinishedAssistantMessage"
@@ -57,6 +58,12 @@ def truth_rows(tr: Transcript) -> list[tuple[str, str, str, dict]]:
                 oc = f"interrupt ({p.interrupt_reason})"
             elif p.recalled:
                 oc = "recall"
+            elif p.awaiting_approval:
+                oc = "(awaiting approval)"
+            elif p.approval == "denied":
+                oc = "denied"
+            elif p.approval == "approved":
+                oc = "approved" if p.finished else "approved (not run yet)"
             elif not p.finished:
                 oc = "(unfinished)"
             elif closed:
