@@ -196,6 +196,18 @@ def _stopped(session_id: str, url: str, why: str) -> None:
     say(f"  {hint('we0nb', 'resume', session_id, '--db', url)}")
 
 
+def _stop_before_resume(ctrl: CtrlC, no_resume: bool, session_id: str, url: str) -> Optional[int]:
+    """The exit code when the demo stops before resuming a cut turn (Ctrl-C, ``--no-resume``),
+    after saying how to resume it; None when it goes on to the resume."""
+    if ctrl.pressed:
+        _stopped(session_id, url, "Stopped by Ctrl-C.")
+        return EXIT_INTERRUPTED
+    if no_resume:
+        _stopped(session_id, url, "Stopped after the abort (--no-resume).")
+        return 0
+    return None
+
+
 async def _resume_phase(p: Persistence, agent: We0Agent, ctrl: CtrlC, session_id: str, url: str) -> Optional[int]:
     """The resume run; an exit code when it was aborted, None when it ended."""
     before = await p.load_transcript(session_id)
@@ -243,12 +255,9 @@ async def cmd_demo(args: argparse.Namespace, ctrl: CtrlC) -> int:
             _print_store(tr)
         if not tr.needs_resume:
             return await _report(p, session_id, url, ledger)
-        if ctrl.pressed:
-            _stopped(session_id, url, "Stopped by Ctrl-C.")
-            return EXIT_INTERRUPTED
-        if args.no_resume:
-            _stopped(session_id, url, "Stopped after the abort (--no-resume).")
-            return 0
+        stop = _stop_before_resume(ctrl, args.no_resume, session_id, url)
+        if stop is not None:
+            return stop
         rule("2. resume: mode='resume', same session_id, a fresh abort event")
         code = await _resume_phase(p, agent, ctrl, session_id, url)
         return code if code is not None else await _report(p, session_id, url, ledger)

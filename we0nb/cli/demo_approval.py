@@ -34,7 +34,7 @@ DENY_REASON = "no tea this week"
 async def approval_demo(args: argparse.Namespace, ctrl: CtrlC, p: Persistence, agent: We0Agent, session_id: str,
                         url: str, ledger: Path) -> int:
     """The demo with ``--approve`` (the agent's place_order requires approval)."""
-    from .demo import AbortPlan, _print_store, _report, _resume_phase, _stopped, _stream
+    from .demo import AbortPlan, _print_store, _report, _resume_phase, _stop_before_resume, _stream
 
     plan = AbortPlan(args.abort_after, args.abort_at_event)
     first = ("place_order waits for a person's approval"
@@ -59,12 +59,9 @@ async def approval_demo(args: argparse.Namespace, ctrl: CtrlC, p: Persistence, a
             await _decide(p, agent, tr, session_id)
             say("resume: mode='resume', same session_id, a fresh abort event")
         elif tr.needs_resume:
-            if ctrl.pressed:
-                _stopped(session_id, url, "Stopped by Ctrl-C.")
-                return EXIT_INTERRUPTED
-            if args.no_resume:
-                _stopped(session_id, url, "Stopped after the abort (--no-resume).")
-                return 0
+            stop = _stop_before_resume(ctrl, args.no_resume, session_id, url)
+            if stop is not None:
+                return stop
             rule("2. resume: mode='resume', same session_id, a fresh abort event")
         else:
             break
