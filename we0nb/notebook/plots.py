@@ -87,7 +87,7 @@ def tool_outcome(calls: pd.DataFrame) -> pd.Series:
     out[calls["status"] == "completed"] = "completed"
     out[(calls["status"] == "error") & ~calls["interrupted"]] = "error"
     if "approval" in calls:
-        out[(calls["approval"] == "denied").fillna(False).to_numpy(dtype=bool)] = "denied"
+        out[calls["approval"] == "denied"] = "denied"
     out[calls["interrupted"]] = "interrupted"
     return pd.Series(pd.Categorical(out, categories=list(OUTCOMES)), index=calls.index, name="outcome")
 
