@@ -123,6 +123,11 @@ def words(*pieces: str, finish: str = "stop", usage: Optional[dict] = None) -> l
     return out
 
 
+def _client_closed(fake: Any) -> None:
+    fake.closed_at = time.monotonic()
+    fake.client_closed.set()
+
+
 def sse(events: list, *, cut: bool = False, hold: bool = False) -> Responder:
     """Stream ``events`` (dicts as JSON, str as a raw data line, ``b"..."`` as raw bytes).
 
@@ -146,8 +151,7 @@ def sse(events: list, *, cut: bool = False, hold: bool = False) -> Responder:
         except (BrokenPipeError, ConnectionResetError):  # the client left while we were writing
             h.close_connection = True
             if hold:  # the disconnect a held stream waits for
-                h.server.fake.closed_at = time.monotonic()
-                h.server.fake.client_closed.set()
+                _client_closed(h.server.fake)
             return
         if cut:
             h.close_connection = True
@@ -165,8 +169,7 @@ def sse(events: list, *, cut: bool = False, hold: bool = False) -> Responder:
                     except OSError:
                         data = b""
                     if not data:
-                        fake.closed_at = time.monotonic()
-                        fake.client_closed.set()
+                        _client_closed(fake)
                         return
             return
         h.send_chunk(b"data: [DONE]\n\n")
