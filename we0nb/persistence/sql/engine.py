@@ -110,6 +110,8 @@ class AsyncEngines:
             raise wrap(e, self.where) from e
         return True
 
+    commit = transaction  # a run's commit (PostgreSQL's own path groups them: pg_group.py)
+
     async def close(self) -> None:
         try:
             loop: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()

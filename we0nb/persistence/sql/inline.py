@@ -93,6 +93,8 @@ class InlineSqlite:
         else nothing is written and the result is False."""
         return await self._retry(self._transaction, ops, guard)
 
+    commit = transaction  # a run's commit (PostgreSQL's path groups them: pg_group.py)
+
     def fetch_now(self, queries: Sequence[Op]) -> Optional[list[list[Any]]]:
         """Several reads at once, synchronously; None when the database is locked (use the async path)."""
         try:

@@ -10,7 +10,9 @@ The package, one concern per module:
 * ``schema.py`` — the one create/upgrade routine (versions, DDL, triggers);
 * ``statements.py`` — every statement, compiled from the tables for each dialect, and the rows;
 * ``inline.py`` — SQLite on one ``sqlite3`` connection on the calling thread (the default);
-* ``engine.py`` — SQLAlchemy asyncio engines (PostgreSQL via psycopg 3, aiosqlite, an engine passed in);
+* ``pg.py`` — PostgreSQL on psycopg 3's own async connections (the default for a PostgreSQL URL);
+* ``engine.py`` — SQLAlchemy asyncio engines (an engine passed in, aiosqlite, PostgreSQL with other
+  ``engine_options``);
 * ``lease.py`` — the session lease: acquire, take over, heartbeat, release;
 * ``records.py`` — rows back into objects, naming corrupt records;
 * ``errors.py`` — driver errors as :class:`~we0nb.PersistenceError`;
@@ -48,6 +50,7 @@ from . import lease as leases
 from .engine import AsyncEngines, ensure_schema_on, install_events
 from .errors import driver_errors, wrap
 from .inline import InlineSqlite, Op
+from .pg import NATIVE_OPTIONS, PgConnections
 from .records import build_messages, gc_paused, session_from_row
 from .statements import message_row, part_row, session_row
 
@@ -72,7 +75,9 @@ class SqlPersistence(Persistence):
     lease of a run that stopped renewing it blocks others), ``lease_renew`` (seconds between
     renewals, default ``lease_ttl / 3``), ``schema`` (PostgreSQL schema to use, created if
     missing), ``inline_sqlite`` (run SQLite statements on the calling thread — the default;
-    False goes through aiosqlite), ``engine_options`` (passed to ``create_async_engine``).
+    False goes through aiosqlite), ``engine_options`` (passed to ``create_async_engine``; on
+    PostgreSQL, ``pool_size``, ``max_overflow`` and ``connect_args`` alone keep the default
+    path, psycopg's own async connections, with at most ``pool_size + max_overflow`` of them).
     """
 
     keeps_views = True
@@ -124,6 +129,8 @@ class SqlPersistence(Persistence):
             database, uri = _sqlite_target(url)
             self._inline = InlineSqlite(database, uri, self.synchronous, self.busy_timeout, self._where)
             self._db: Any = self._inline
+        elif backend == "postgresql" and user_engine is None and set(self._engine_options) <= NATIVE_OPTIONS:
+            self._db = PgConnections(self)
         else:
             self._db = AsyncEngines(self, user_engine)
 
@@ -206,7 +213,7 @@ class SqlPersistence(Persistence):
             guard = leases.renewal(self, lease)
         elif not ops:
             return
-        if not await self._db.transaction(ops, guard):
+        if not await self._db.commit(ops, guard):
             assert lease is not None
             raise lease.mark_lost(await leases.holder(self, lease.session_id))
 

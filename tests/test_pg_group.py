@@ -1,0 +1,156 @@
+"""PostgreSQL's own path (``persistence/sql/pg.py``) and its group commit (``pg_group.py``).
+
+Commits that many runs make at once go to the server together; each must still get its own
+outcome: written, refused for a lost lease (writing nothing), or its own error — and a group
+must write what the same commits one by one would have written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from sql_support import Backend, backend_for
+from we0nb import PersistenceError, Session, SqlPersistence, TextPart, UserMessage
+from we0nb._ids import new_id
+from we0nb.errors import LeaseLostError
+from we0nb.messages import MessageTime, PartTime, SessionTime
+from we0nb.persistence.sql import pg_group
+from we0nb.persistence.sql.engine import AsyncEngines
+from we0nb.persistence.sql.pg import PgConnections
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pg(tmp_path: Path) -> Iterator[Backend]:
+    yield from backend_for("postgres", tmp_path)
+
+
+@pytest.fixture
+def group_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every group sent (the commits of one round trip)."""
+    sizes: list[int] = []
+    together = pg_group.GroupCommit._together
+
+    async def recording(self: Any, group: list) -> list[bool]:
+        sizes.append(len(group))
+        return await together(self, group)
+
+    monkeypatch.setattr(pg_group.GroupCommit, "_together", recording)
+    return sizes
+
+
+def _user(sid: str, body: str) -> tuple[UserMessage, TextPart]:
+    u = UserMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=3.0))
+    return u, TextPart(id=new_id("prt"), session_id=sid, message_id=u.id, text=body,
+                       time=PartTime(start=3.0, end=3.0))
+
+
+async def _texts(p: Any, sid: str) -> list[str]:
+    await p.upsert_session(Session(id=sid, title="t", time=SessionTime(created=1.0, updated=2.0)))
+    tr = await p.load_transcript(sid)
+    return [part.text for m in tr.messages for part in m.parts]
+
+
+def test_a_postgresql_url_takes_the_own_path_and_other_engine_options_sqlalchemys(pg: Backend) -> None:
+    assert isinstance(pg.fresh()._db, PgConnections)
+    url = pg.fresh().url
+    assert isinstance(SqlPersistence(url, engine_options={"pool_size": 3, "max_overflow": 0})._db, PgConnections)
+    assert isinstance(SqlPersistence(url, engine_options={"pool_pre_ping": True})._db, AsyncEngines)
+
+
+async def test_concurrent_commits_go_together_and_each_gets_its_own_outcome(pg: Backend, group_sizes: list) -> None:
+    p = pg.fresh()
+    p.lease_ttl, p.lease_renew = 600.0, 500.0
+    sids = [new_id("ses") for _ in range(40)]
+    leases = [await p.acquire_lease(sid, f"run_{i}") for i, sid in enumerate(sids)]
+    lost = sids[7]
+    pg.raw(f"UPDATE we0_leases SET owner = 'elsewhere:1:run_x', host = 'elsewhere' WHERE session_id = '{lost}'")
+    writes = [_user(sid, f"body {i}") for i, sid in enumerate(sids)]
+    outcomes = await asyncio.gather(*(p.commit([(u, [t], None)], lease=lease)
+                                      for (u, t), lease in zip(writes, leases)), return_exceptions=True)
+    assert max(group_sizes) > 1  # they did go together
+    for sid, outcome in zip(sids, outcomes):
+        if sid == lost:
+            assert isinstance(outcome, LeaseLostError) and outcome.session_id == sid
+        else:
+            assert outcome is None
+    reader = pg.fresh()
+    for i, sid in enumerate(sids):
+        assert await _texts(reader, sid) == ([] if sid == lost else [f"body {i}"])
+    renewed = pg.raw("SELECT count(*) FROM we0_leases WHERE expires > 1000 AND owner <> 'elsewhere:1:run_x'")
+    assert renewed == [(39,)]
+
+
+async def test_a_value_the_server_refuses_fails_only_its_own_commit(pg: Backend, group_sizes: list) -> None:
+    p = pg.fresh()
+    sids = [new_id("ses") for _ in range(12)]
+    leases = [await p.acquire_lease(sid, f"run_{i}") for i, sid in enumerate(sids)]
+    writes = [_user(sid, f"body {i}") for i, sid in enumerate(sids)]
+    bad_u, bad_t = writes[5]
+    writes[5] = (bad_u, bad_t.model_copy(update={"id": "prt_with\x00nul"}))  # PostgreSQL text holds no NUL
+    outcomes = await asyncio.gather(*(p.commit([(u, [t], None)], lease=lease)
+                                      for (u, t), lease in zip(writes, leases)), return_exceptions=True)
+    assert max(group_sizes) > 1
+    assert isinstance(outcomes[5], PersistenceError) and "NUL" in str(outcomes[5])
+    assert [o for i, o in enumerate(outcomes) if i != 5] == [None] * 11
+    reader = pg.fresh()
+    for i, sid in enumerate(sids):
+        assert await _texts(reader, sid) == ([] if i == 5 else [f"body {i}"])
+
+
+async def test_a_row_written_twice_in_one_group_keeps_the_later_write(pg: Backend, group_sizes: list) -> None:
+    p = pg.fresh()
+    sid = new_id("ses")
+    lease = await p.acquire_lease(sid, "run_a")
+    u, t = _user(sid, "first")
+    others = [(await p.acquire_lease(s, f"run_{s}"), _user(s, "x")) for s in (new_id("ses") for _ in range(5))]
+    await asyncio.gather(
+        *(p.commit([(ou, [ot], None)], lease=ol) for ol, (ou, ot) in others),  # keeps a send busy
+        p.commit([(u, [t], None)], lease=lease),
+        p.commit([(None, [t.model_copy(update={"text": "second"})], None)], lease=lease),
+    )
+    assert any(n > 1 for n in group_sizes)
+    assert await _texts(pg.fresh(), sid) == ["second"]
+
+
+async def test_a_grouped_commit_keeps_the_message_view_it_writes_with_its_parts(pg: Backend) -> None:
+    """Parts before messages, as on the one-commit path: the part trigger must not drop the new view."""
+    p = pg.fresh()
+    sids = [new_id("ses") for _ in range(6)]
+    leases = [await p.acquire_lease(sid, "run") for sid in sids]
+    writes = [_user(sid, "hi") for sid in sids]
+    await asyncio.gather(*(p.commit([(u, [t], '{"view": 1}')], lease=lease)
+                           for (u, t), lease in zip(writes, leases)))
+    views = pg.raw("SELECT model_view FROM we0_messages ORDER BY id")
+    assert views == [('{"view": 1}',)] * 6
+
+
+async def test_a_commit_with_nothing_to_write_still_renews_its_lease_in_a_group(pg: Backend) -> None:
+    p = pg.fresh()
+    p.lease_ttl = 600.0
+    sids = [new_id("ses") for _ in range(4)]
+    leases = [await p.acquire_lease(sid, "run") for sid in sids]
+    pg.raw("UPDATE we0_leases SET expires = 1")
+    await asyncio.gather(*(p.commit([], lease=lease) for lease in leases))
+    assert pg.raw("SELECT count(*) FROM we0_leases WHERE expires > 2") == [(4,)]
+
+
+async def test_a_cancelled_statement_never_puts_its_connection_back(pg: Backend) -> None:
+    """A statement cancelled mid-flight leaves its connection in an unknown state: it is closed."""
+    p = pg.fresh()
+    await p.list_sessions()  # the pool holds one idle connection
+    db = p._db
+    pool = await db.pool()
+    task = asyncio.ensure_future(db.fetchall("has_table", {"name": "we0_meta"}))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for conn in pool.idle:
+        assert not conn.closed and conn.info.transaction_status.name == "IDLE"
+    assert await p.list_sessions() == []

@@ -1,0 +1,231 @@
+"""PostgreSQL on psycopg 3's own ``AsyncConnection``: the run's hot path without SQLAlchemy.
+
+Why: through SQLAlchemy's asyncio layer every statement crosses a greenlet, a pool checkout
+and its events; on these 2-core machines that was ~0.65 ms of client CPU per autocommit
+statement against ~0.17 ms on the bare connection (W7 of ``shared/BENCH.md`` runs ~70
+statements per item, and a batch is CPU-bound on one event loop). The statements are the
+same precompiled text (:mod:`.statements`, psycopg's ``%(name)s`` style) and the interface
+is :class:`~.engine.AsyncEngines`' (``execute``, ``fetchall``, ``transaction``, ``close``);
+the schema is made by the synchronous engine (:meth:`SqlPersistence.sync_engine`) in a
+worker thread, once per instance.
+
+Connections are bound to the event loop that opened them, so there is one small pool per
+running loop; each connection runs in autocommit (a single statement is one round trip),
+and a transaction is an explicit ``BEGIN … COMMIT`` on one of them. A connection that comes
+back in an unknown state (a cancelled statement, a broken socket) is closed, never reused.
+When ``asyncio.run()`` shuts a loop down, its pool is closed on that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any, Optional, Sequence
+
+from .errors import driver_errors, wrap
+from .inline import Op
+from .pg_group import GroupCommit
+from .statements import statements
+
+__all__ = ["PgConnections", "NATIVE_OPTIONS"]
+
+#: the ``engine_options`` this path honours; any other option goes through SQLAlchemy
+NATIVE_OPTIONS = frozenset({"pool_size", "max_overflow", "connect_args"})
+
+
+class _GuardFailed(Exception):
+    """The guard statement of a transaction changed no row: roll back, write nothing."""
+
+
+class _Pool:
+    """Up to ``size`` connections of one event loop; callers beyond it wait for one."""
+
+    def __init__(self, conns: "PgConnections", size: int):
+        self.group = GroupCommit(conns)
+        self.idle: list[Any] = []
+        self.slots = asyncio.Semaphore(size)
+        self.open: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+class PgConnections:
+    """Pools of psycopg ``AsyncConnection`` per running event loop, for one SqlPersistence."""
+
+    def __init__(self, owner: Any):
+        self.owner = owner  # the SqlPersistence: URL, schema, synchronous, sync_engine()
+        self.where = owner._where
+        self.sql = statements("postgresql")
+        opts = owner._engine_options
+        self.size = max(1, int(opts.get("pool_size", 5)) + int(opts.get("max_overflow", 10)))
+        self.connect_args = dict(opts.get("connect_args", {}))
+        self.conninfo = owner._sync_url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self.settings = []
+        if owner.schema is not None:
+            self.settings.append(f'SET search_path TO "{owner.schema}"')
+        self.settings.append("SET synchronous_commit TO " + ("off" if owner.synchronous in ("OFF", "NORMAL") else "on"))
+        self.pools: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool]" = weakref.WeakKeyDictionary()
+        self.guards: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]" = weakref.WeakKeyDictionary()
+        self.ready = False
+
+    # ------------------------------------------------------------------ the async interface
+
+    def lend(self) -> "_Lent":
+        """``async with conns.lend() as conn``: one connection of this loop's pool."""
+        return _Lent(self)
+
+    async def commit(self, ops: Sequence[Op], guard: Optional[Op] = None) -> bool:
+        """:meth:`transaction`, sent together with the other runs' commits of this moment
+        (:mod:`.pg_group`); the same outcome, fewer round trips."""
+        if not GroupCommit.takes(ops, guard):
+            return await self.transaction(ops, guard)
+        pool = await self.pool()
+        return await pool.group.commit(ops, guard)
+
+    async def execute(self, key: str, params: dict[str, Any]) -> int:
+        async with _Lent(self) as conn:
+            cur = await conn.execute(self.sql[key], params)
+            return cur.rowcount
+
+    async def fetchall(self, key: str, params: dict[str, Any]) -> list[Any]:
+        async with _Lent(self) as conn:
+            cur = await conn.execute(self.sql[key], params)
+            return await cur.fetchall()
+
+    async def transaction(self, ops: Sequence[Op], guard: Optional[Op] = None) -> bool:
+        """``ops`` in one transaction; ``guard`` first, which must change one row (else False)."""
+        try:
+            async with _Lent(self) as conn:
+                async with conn.transaction():
+                    cur = conn.cursor()
+                    if guard is not None:
+                        await cur.execute(self.sql[guard[0]], guard[1])
+                        if cur.rowcount != 1:
+                            raise _GuardFailed
+                    for key, params in ops:
+                        if isinstance(params, list):
+                            if params:
+                                await cur.executemany(self.sql[key], params)
+                        else:
+                            await cur.execute(self.sql[key], params)
+        except _GuardFailed:
+            return False
+        return True
+
+    async def close(self) -> None:
+        """Close this loop's connections; another loop's are dropped (they cannot be closed from here)."""
+        try:
+            loop: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
+        except RuntimeError:  # pragma: no cover
+            loop = None
+        pools = list(self.pools.items())
+        self.pools = weakref.WeakKeyDictionary()  # connections lent out now are closed when given back
+        for lp, pool in pools:
+            if lp is loop:
+                await _close_all(pool, lent_too=False)
+
+    # ------------------------------------------------------------------ pools per loop
+
+    async def pool(self) -> _Pool:
+        loop = asyncio.get_running_loop()
+        pool = self.pools.get(loop)
+        if pool is None:
+            pool = self.pools[loop] = _Pool(self, self.size)
+            for old in [lp for lp in self.pools if lp is not loop and lp.is_closed()]:
+                self.pools.pop(old, None)  # connections of a closed loop: nothing can close them now
+            await self._guard(loop, pool)
+        if not self.ready:
+            await asyncio.to_thread(self.owner.sync_engine)  # creates or upgrades the schema, once
+            self.ready = True
+        return pool
+
+    async def connect(self) -> Any:
+        import psycopg
+
+        conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **self.connect_args)
+        try:
+            for stmt in self.settings:
+                await conn.execute(stmt)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _guard(self, loop: asyncio.AbstractEventLoop, pool: _Pool) -> None:
+        """Close ``pool``'s connections while their loop still runs, when it shuts down
+        (``asyncio.run()`` finalizes live async generators before it closes the loop)."""
+        async def guard() -> Any:
+            try:
+                yield
+            finally:
+                self.guards.pop(loop, None)
+                if self.pools.get(loop) is pool:
+                    del self.pools[loop]
+                await _close_all(pool)
+
+        agen = guard()
+        await agen.__anext__()
+        self.guards[loop] = agen  # the loop keeps only a weak reference
+
+
+class _Lent:
+    """``async with _Lent(conns) as conn``: a connection of this loop's pool, given back after
+    (closed instead when its state is not clean); driver errors become PersistenceError."""
+
+    __slots__ = ("conns", "pool", "conn")
+
+    def __init__(self, conns: PgConnections):
+        self.conns = conns
+        self.pool: Optional[_Pool] = None
+        self.conn: Any = None
+
+    async def __aenter__(self) -> Any:
+        try:
+            pool = await self.conns.pool()
+            await pool.slots.acquire()
+            self.pool = pool
+            self.conn = pool.idle.pop() if pool.idle else await self._open(pool)
+            return self.conn
+        except BaseException as e:
+            if self.pool is not None:
+                self.pool.slots.release()
+            if isinstance(e, driver_errors()):
+                raise wrap(e, self.conns.where) from e
+            raise
+
+    async def _open(self, pool: _Pool) -> Any:
+        conn = await self.conns.connect()
+        pool.open.add(conn)
+        return conn
+
+    async def __aexit__(self, et: Any, e: Any, tb: Any) -> None:
+        pool, conn = self.pool, self.conn
+        assert pool is not None
+        pool.slots.release()
+        if _clean(conn) and self.conns.pools.get(asyncio.get_running_loop()) is pool:
+            pool.idle.append(conn)
+        else:
+            pool.open.discard(conn)
+            await _close(conn)
+        if e is not None and isinstance(e, driver_errors()):
+            raise wrap(e, self.conns.where) from e
+
+
+def _clean(conn: Any) -> bool:
+    from psycopg.pq import TransactionStatus
+
+    return not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE
+
+
+async def _close(conn: Any) -> None:
+    try:
+        await conn.close()
+    except Exception:  # on purpose: it is being thrown away; nothing is left to tell
+        pass
+
+
+async def _close_all(pool: _Pool, lent_too: bool = True) -> None:
+    """Close the idle connections, and with ``lent_too`` those lent out (the loop is ending)."""
+    conns = list(pool.open) if lent_too else list(pool.idle)
+    pool.idle.clear()
+    for conn in conns:
+        pool.open.discard(conn)
+        await _close(conn)
