@@ -81,11 +81,20 @@ class PgConnections:
         return await pool.group.commit(ops, guard)
 
     async def execute(self, key: str, params: dict[str, Any]) -> int:
+        """One statement (sent with the others of this moment: :mod:`.pg_group`); its row count."""
+        return await (await self.pool()).group.statement(key, params, rows=False)
+
+    async def fetchall(self, key: str, params: dict[str, Any]) -> list[Any]:
+        """One query (sent with the others of this moment); its rows."""
+        return await (await self.pool()).group.statement(key, params, rows=True)
+
+    async def execute_now(self, key: str, params: dict[str, Any]) -> int:
+        """One statement on a connection of its own (prepared by psycopg once it recurs)."""
         async with _Lent(self) as conn:
             cur = await conn.execute(self.sql[key], params)
             return cur.rowcount
 
-    async def fetchall(self, key: str, params: dict[str, Any]) -> list[Any]:
+    async def fetchall_now(self, key: str, params: dict[str, Any]) -> list[Any]:
         async with _Lent(self) as conn:
             cur = await conn.execute(self.sql[key], params)
             return await cur.fetchall()

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 from sqlalchemy import String
 
@@ -36,21 +36,36 @@ from .inline import Op
 
 __all__ = ["GroupCommit"]
 
-#: the most commits one send carries
+#: the most entries (commits, single statements) one send carries
 MAX_COMMITS = 256
 #: the statements a grouped commit may hold (their rows are written by one statement each)
 _ROWS = ("upsert_part", "upsert_message")
 
 
 class _Commit:
+    """A run's commit: its lease renewal, then its rows; the result is whether it was written."""
+
     __slots__ = ("ops", "guard", "done")
 
     def __init__(self, ops: Sequence[Op], guard: Op, done: asyncio.Future):
         self.ops, self.guard, self.done = ops, guard, done
 
 
+class _Statement:
+    """One statement on its own; the result is its rows (``rows``) or its row count."""
+
+    __slots__ = ("key", "params", "rows", "done")
+
+    def __init__(self, key: str, params: dict[str, Any], rows: bool, done: asyncio.Future):
+        self.key, self.params, self.rows, self.done = key, params, rows, done
+
+
+_Entry = Union[_Commit, _Statement]
+
+
 class GroupCommit:
-    """The queue of one event loop's commits for one :class:`~.pg.PgConnections`."""
+    """The queue of one event loop's commits and single statements for one
+    :class:`~.pg.PgConnections`."""
 
     def __init__(self, conns: Any):
         self.conns = conns  # PgConnections: lend(), transaction(), the statements
@@ -62,15 +77,22 @@ class GroupCommit:
         """Can this commit go in a group (a lease renewal as its guard, then parts and messages)?"""
         return guard is not None and guard[0] == "lease_renew" and all(k in _ROWS for k, _ in ops)
 
-    async def commit(self, ops: Sequence[Op], guard: Optional[Op]) -> bool:
-        done = asyncio.get_running_loop().create_future()
-        self.queue.append(_Commit(ops, guard, done))
+    async def commit(self, ops: Sequence[Op], guard: Op) -> bool:
+        return await self._queued(_Commit(ops, guard, asyncio.get_running_loop().create_future()))
+
+    async def statement(self, key: str, params: dict[str, Any], rows: bool) -> Any:
+        """One statement, sent with the others of this moment: its rows, or its row count."""
+        return await self._queued(_Statement(key, params, rows, asyncio.get_running_loop().create_future()))
+
+    async def _queued(self, entry: _Entry) -> Any:
+        done = entry.done
+        self.queue.append(entry)
         if self.sender is None:
             self.sender = asyncio.ensure_future(self._send_all())
         return await done
 
     async def _send_all(self) -> None:
-        group: list[_Commit] = []
+        group: list[_Entry] = []
         try:
             while self.queue:
                 group, self.queue = self.queue[:MAX_COMMITS], self.queue[MAX_COMMITS:]
@@ -84,34 +106,42 @@ class GroupCommit:
                     c.done.cancel()
             self.queue = []
 
-    async def _send(self, group: list[_Commit]) -> None:
-        try:
-            written = await self._together(group)
-        except Exception:  # on purpose: nothing was written; each commit alone gets its own outcome
-            for c in group:
-                await self._alone(c)
+    async def _send(self, group: list[_Entry]) -> None:
+        if len(group) == 1:  # alone: the prepared path (the server plans it once per connection)
+            await self._alone(group[0])
             return
-        for c, ok in zip(group, written):
-            if not c.done.done():
-                c.done.set_result(ok)
-
-    async def _alone(self, c: _Commit) -> None:
         try:
-            ok = await self.conns.transaction(c.ops, c.guard)
-        except Exception as e:
-            if not c.done.done():
-                c.done.set_exception(e)
+            results = await self._together(group)
+        except Exception:  # on purpose: nothing was written; each entry alone gets its own outcome
+            for e in group:
+                await self._alone(e)
             return
-        if not c.done.done():
-            c.done.set_result(ok)
+        for e, result in zip(group, results):
+            if not e.done.done():
+                e.done.set_result(result)
 
-    async def _together(self, group: list[_Commit]) -> list[bool]:
-        """Send ``group`` as one transaction; per commit, was it written (its lease held)?"""
+    async def _alone(self, e: _Entry) -> None:
+        try:
+            if isinstance(e, _Commit):
+                result = await self.conns.transaction(e.ops, e.guard)
+            else:
+                result = await (self.conns.fetchall_now if e.rows else self.conns.execute_now)(e.key, e.params)
+        except Exception as exc:
+            if not e.done.done():
+                e.done.set_exception(exc)
+            return
+        if not e.done.done():
+            e.done.set_result(result)
+
+    async def _together(self, group: list[_Entry]) -> list[Any]:
+        """Send ``group`` as one transaction: per entry, its result (see the entry's class)."""
         from psycopg import AsyncClientCursor
 
+        statements = [e for e in group if isinstance(e, _Statement)]
+        commits = [e for e in group if isinstance(e, _Commit)]
         leases: list[tuple[Any, ...]] = []
         rows: dict[str, dict[str, tuple[Any, ...]]] = {"upsert_part": {}, "upsert_message": {}}
-        for c in group:
+        for c in commits:
             lease = c.guard[1]
             sid, holder = lease["sid"], lease["holder"]
             leases.append((sid, holder, lease["expires"]))
@@ -120,19 +150,29 @@ class GroupCommit:
                 for row in (params if isinstance(params, list) else [params]):
                     table.pop(row["id"], None)  # a later write of the same row wins (and goes last)
                     table[row["id"]] = (sid, holder, *[row[n] for n in names])
+        sql = self.conns.sql
         async with self.conns.lend() as conn:
             cur = AsyncClientCursor(conn)
-            text = [_renew_all(cur, leases)]
-            for key, table in rows.items():  # parts first: writing a part drops its message's view
-                if table:
-                    text.append(_upsert_all(cur, key, list(table.values())))
+            text = [cur.mogrify(sql[e.key], e.params) for e in statements]
+            if commits:
+                text.append(_renew_all(cur, leases))
+                for key, table in rows.items():  # parts first: writing a part drops its message's view
+                    if table:
+                        text.append(_upsert_all(cur, key, list(table.values())))
             # several statements in one simple query run as one implicit transaction: an error
             # rolls all of them back, and the connection is left idle
             await cur.execute(";\n".join(text))
-            renewed = {r[0] for r in await cur.fetchall()}
-            while cur.nextset():
-                pass
-        return [c.guard[1]["sid"] in renewed for c in group]
+            out: dict[int, Any] = {}
+            for e in statements:
+                out[id(e)] = await cur.fetchall() if e.rows else cur.rowcount
+                cur.nextset()
+            if commits:
+                renewed = {r[0] for r in await cur.fetchall()}
+                while cur.nextset():
+                    pass
+                for c in commits:
+                    out[id(c)] = c.guard[1]["sid"] in renewed
+        return [out[id(e)] for e in group]
 
 
 # --------------------------------------------------------------------------- the statements
