@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from sql_support import backend_for, sqlite_raw
 from we0nb import (
-    MemoryPersistence, ScriptedModel, SqlPersistence, We0Agent, reasoning, text, tool, tool_call, usage,
+    MemoryPersistence, ScriptedModel, SqlPersistence, TextPart, We0Agent, reasoning, text, tool, tool_call, usage,
     user_message,
 )
 from we0nb.errors import We0Error
@@ -266,7 +266,7 @@ async def test_schema_version_2_is_upgraded_in_place_and_takes_long_session_ids(
     q = make()
     assert [s.id for s in await q.list_sessions()] == ["s"]  # opens and upgrades
     assert raw("SELECT value FROM we0_meta WHERE key = 'schema_version'") == [(str(S.SCHEMA_VERSION),)]
-    assert S.SCHEMA_VERSION == 4  # (4: the batch tables)
+    assert S.SCHEMA_VERSION == 5  # (4: the batch tables; 5: PostgreSQL's static part trigger)
     assert len((await q.load_recent("s")).earlier) == 1  # the views of version 2 are still used
     await _assert_long_session_ids_work(q, raw, name)
     await q.close()
@@ -341,3 +341,42 @@ async def _any_history(tmp: Path, script, abort_at, compact, resume_first) -> No
         await _assert_cold_start_equal(cold, "s")
         await cold.close()
     await p.close()
+
+
+_DYNAMIC_V4_TRIGGER = (
+    "CREATE OR REPLACE FUNCTION we0_parts_view_stale() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "EXECUTE 'UPDATE ' || quote_ident(TG_TABLE_SCHEMA) || '.we0_messages SET model_view = NULL "
+    "WHERE id = $1 AND model_view IS NOT NULL' USING NEW.message_id; RETURN NULL; END $$")
+
+
+@pytest.fixture
+def pg_backend(tmp_path: Path) -> Iterator[Any]:
+    yield from backend_for("postgres", tmp_path)
+
+
+@pytest.mark.postgres
+async def test_schema_version_4_on_postgresql_gets_the_static_part_trigger(pg_backend: Any) -> None:
+    """Version 5: the part trigger's UPDATE is a static statement (planned once per connection),
+    named in the trigger's own schema; a version 4 database (dynamic SQL) is upgraded in place."""
+    b = pg_backend
+    p = b.fresh()
+    agent = We0Agent(ScriptedModel([[text("hello")]]), persistence=p)
+    await agent.invoke(mode="prompt", session_id="s", messages=[user_message("hi")])
+    await p.close()
+    source = ("SELECT prosrc FROM pg_proc WHERE proname = 'we0_parts_view_stale' "
+              "AND pronamespace = current_schema()::regnamespace")
+    assert "EXECUTE" not in b.raw(source)[0][0] and ".we0_messages" in b.raw(source)[0][0]
+    b.raw(_DYNAMIC_V4_TRIGGER)  # what version 4 made
+    b.raw("UPDATE we0_meta SET value = '4' WHERE key = 'schema_version'")
+
+    q = b.fresh()
+    tr = await q.load_transcript("s")  # opens and upgrades
+    assert b.raw("SELECT value FROM we0_meta WHERE key = 'schema_version'") == [(str(S.SCHEMA_VERSION),)]
+    assert "EXECUTE" not in b.raw(source)[0][0]
+    answer = tr.messages[1]
+    assert _views(b.raw, "s")[answer.info.id] is not None
+    part = next(x for x in answer.parts if isinstance(x, TextPart))
+    part.text = "edited"
+    await q.upsert_part(part)  # the static trigger still drops the view
+    assert _views(b.raw, "s")[answer.info.id] is None
+    await q.close()

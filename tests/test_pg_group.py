@@ -154,3 +154,35 @@ async def test_a_cancelled_statement_never_puts_its_connection_back(pg: Backend)
     for conn in pool.idle:
         assert not conn.closed and conn.info.transaction_status.name == "IDLE"
     assert await p.list_sessions() == []
+
+
+async def test_a_commit_whose_caller_gave_up_still_lands_before_the_sessions_next(pg: Backend,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller cancelled while its commit is on the wire: the session's next commit must land
+    after it (else the older write would be the one left)."""
+    p = pg.fresh()
+    sid, other = new_id("ses"), new_id("ses")
+    lease, other_lease = await p.acquire_lease(sid, "run_a"), await p.acquire_lease(other, "run_b")
+    u, t = _user(sid, "one")
+    ou, ot = _user(other, "x")
+    gate, held = asyncio.Event(), asyncio.Event()
+    send = pg_group.GroupCommit._send
+
+    async def slow_first(self: Any, group: list) -> None:
+        if not held.is_set():  # the first send waits (as on a slow link) until the test opens the gate
+            held.set()
+            await gate.wait()
+        await send(self, group)
+
+    monkeypatch.setattr(pg_group.GroupCommit, "_send", slow_first)
+    first = asyncio.gather(p.commit([(u, [t], None)], lease=lease), p.commit([(ou, [ot], None)], lease=other_lease))
+    await held.wait()
+    first.cancel()  # the caller gives up: its commit is already on its way
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    later = asyncio.ensure_future(p.commit([(None, [t.model_copy(update={"text": "two"})], None)], lease=lease))
+    await asyncio.sleep(0.05)
+    assert not later.done()  # it waits for the send under way
+    gate.set()
+    await later
+    assert await _texts(pg.fresh(), sid) == ["two"]

@@ -33,7 +33,7 @@ __all__ = ["SCHEMA_VERSION", "SESSION_ID_MAX", "metadata", "meta", "sessions", "
 
 #: bump when the tables change; a database with a higher version is refused, an older one
 #: is upgraded in place (``schema.py``)
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: the longest session id (characters). Every session-id column has this width (schema 3;
 #: PostgreSQL enforces it), and ``build_request`` refuses longer ids up front.
