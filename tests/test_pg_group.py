@@ -186,3 +186,38 @@ async def test_a_commit_whose_caller_gave_up_still_lands_before_the_sessions_nex
     gate.set()
     await later
     assert await _texts(pg.fresh(), sid) == ["two"]
+
+
+async def test_a_commit_is_written_even_when_its_caller_is_cancelled_before_it_is_sent(
+        pg: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's writer lets go of the rows it hands to a commit: a commit queued behind a send
+    under way must still be written if its caller is cancelled (a Ctrl-C) before it goes."""
+    p = pg.fresh()
+    sid, other = new_id("ses"), new_id("ses")
+    lease, other_lease = await p.acquire_lease(sid, "run_a"), await p.acquire_lease(other, "run_b")
+    gate, held = asyncio.Event(), asyncio.Event()
+    send = pg_group.GroupCommit._send
+
+    async def slow_first(self: Any, group: list) -> None:
+        if not held.is_set():
+            held.set()
+            await gate.wait()
+        await send(self, group)
+
+    monkeypatch.setattr(pg_group.GroupCommit, "_send", slow_first)
+    ou, ot = _user(other, "x")
+    busy = asyncio.ensure_future(p.commit([(ou, [ot], None)], lease=other_lease))
+    await held.wait()
+    u, t = _user(sid, "queued")
+    queued = asyncio.ensure_future(p.commit([(u, [t], None)], lease=lease))
+    await asyncio.sleep(0.02)
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    gate.set()
+    await busy
+    for _ in range(100):  # the sender goes on with the queue after the busy send
+        if await _texts(pg.fresh(), sid):
+            break
+        await asyncio.sleep(0.01)
+    assert await _texts(pg.fresh(), sid) == ["queued"]

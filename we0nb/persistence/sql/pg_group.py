@@ -16,6 +16,9 @@ locked, so the answer cannot change before the commit. A commit whose lease was 
 wrote nothing (its lease was lost), exactly as on the one-commit path. Parts go before
 messages as there: writing a part drops its message's stored view (a trigger), and the
 message's write then stores the new one. A row written twice in a group keeps the later write.
+One send is under way at a time, so commits land in the order they were made; a commit once
+queued is sent even if its caller is cancelled meanwhile (the run's writer has let go of its
+rows, which would otherwise be lost).
 
 A send that fails (a value the server refuses, a lost connection) writes nothing, and each
 of its commits is then tried alone on the usual path, so an error reaches only the commit
@@ -96,7 +99,9 @@ class GroupCommit:
         try:
             while self.queue:
                 group, self.queue = self.queue[:MAX_COMMITS], self.queue[MAX_COMMITS:]
-                group = [c for c in group if not c.done.done()]  # (a cancelled caller: not sent)
+                # a commit is sent even when its caller was cancelled meanwhile (the run has let go
+                # of those rows: they would be lost); a lone statement whose caller left is not
+                group = [e for e in group if isinstance(e, _Commit) or not e.done.done()]
                 if group:
                     await self._send(group)
         finally:
