@@ -221,3 +221,46 @@ async def test_a_commit_is_written_even_when_its_caller_is_cancelled_before_it_i
             break
         await asyncio.sleep(0.01)
     assert await _texts(pg.fresh(), sid) == ["queued"]
+
+
+TRICKY = ["plain", "it's", "''", "\\", "\\'", "'); DROP TABLE we0_parts; --", "$$ $a$ E'x'", "naïve 中文 🙂",
+          "line\nbreak\ttab\r", "%s %(x)s {}", ""]
+
+
+def test_literals_of_a_grouped_commit_round_trip_through_the_server(pg: Backend) -> None:
+    """What the group writes by its own literals is what the server reads back, quotes and all."""
+    import math
+
+    import psycopg
+
+    from sql_support import PG_URL, _libpq
+
+    floats = [0.0, -0.0, 1.5, 1e-300, 1.7976931348623157e308, float("inf"), float("-inf"), float("nan")]
+    ints = [0, -1, 2 ** 62]
+    with psycopg.connect(_libpq(PG_URL), autocommit=True) as conn:
+        assert conn.info.parameter_status("standard_conforming_strings") == "on"
+        for v in TRICKY:
+            assert conn.execute(f"SELECT CAST(v.x AS VARCHAR) FROM (VALUES ({pg_group._literal(v)})) AS v(x)"
+                                ).fetchone() == (v,)
+        for f in floats:
+            (got,) = conn.execute(f"SELECT CAST(v.x AS FLOAT) FROM (VALUES ({pg_group._literal(f)})) AS v(x)").fetchone()
+            assert (math.isnan(got) and math.isnan(f)) or (got == f and math.copysign(1, got) == math.copysign(1, f))
+        for i in ints:
+            assert conn.execute(f"SELECT CAST(v.x AS BIGINT) FROM (VALUES ({pg_group._literal(i)})) AS v(x)"
+                                ).fetchone() == (i,)
+        for b in (True, False, None):
+            assert conn.execute(f"SELECT CAST(v.x AS BOOLEAN) FROM (VALUES ({pg_group._literal(b)})) AS v(x)"
+                                ).fetchone() == (b,)
+    with pytest.raises(TypeError):
+        pg_group._literal(b"bytes")
+
+
+async def test_tricky_text_is_stored_exactly_by_a_grouped_commit(pg: Backend, group_sizes: list) -> None:
+    p = pg.fresh()
+    sids = [new_id("ses") for _ in TRICKY]
+    leases = [await p.acquire_lease(sid, "run") for sid in sids]
+    writes = [_user(sid, body) for sid, body in zip(sids, TRICKY)]
+    await asyncio.gather(*(p.commit([(u, [t], None)], lease=lease) for (u, t), lease in zip(writes, leases)))
+    assert max(group_sizes) > 1
+    reader = pg.fresh()
+    assert [await _texts(reader, sid) for sid in sids] == [[body] for body in TRICKY]

@@ -184,7 +184,39 @@ class GroupCommit:
 
 
 def _values(cur: Any, template: str, rows: Sequence[tuple[Any, ...]]) -> str:
+    """``rows`` as a VALUES list: by :func:`_literal` (~10× cheaper than psycopg's per-value
+    adaptation, which was a fifth of the client's CPU in W7) where the server reads standard
+    strings, else by psycopg's ``mogrify``."""
+    if cur.connection.info.parameter_status("standard_conforming_strings") == "on":
+        return ", ".join("(" + ", ".join(map(_literal, r)) + ")" for r in rows)
     return ", ".join(cur.mogrify(template, r) for r in rows)
+
+
+_FLOAT_WORDS = {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}
+
+
+def _literal(v: Any) -> str:
+    """A value of a row column as an SQL literal, for a server with ``standard_conforming_strings``
+    (there a quote doubled is the whole escaping of a string: a backslash is an ordinary
+    character). Every value but NULL is a quoted literal, so each VALUES column is text and
+    its cast parses the value with the column type's own input (as a parameter sent as text
+    is: ``-0.0``, ``NaN`` and every float's shortest repr come back exact). The columns hold
+    str, int, float, bool and None only; anything else raises, and the group is then done
+    commit by commit through psycopg's own adaptation. A NUL (which no PostgreSQL text holds)
+    is refused by the server, with the same outcome."""
+    t = type(v)
+    if t is str:
+        return "'" + v.replace("'", "''") + "'"
+    if v is None:
+        return "NULL"
+    if t is bool:
+        return "'true'" if v else "'false'"
+    if t is int:
+        return f"'{v}'"
+    if t is float:
+        text = repr(v)
+        return "'" + _FLOAT_WORDS.get(text, text) + "'"
+    raise TypeError(f"no SQL literal for a {t.__name__} in a grouped commit")
 
 
 def _renew_all(cur: Any, leases: Sequence[tuple[str, str, float]]) -> str:
