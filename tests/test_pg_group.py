@@ -264,3 +264,28 @@ async def test_tricky_text_is_stored_exactly_by_a_grouped_commit(pg: Backend, gr
     assert max(group_sizes) > 1
     reader = pg.fresh()
     assert [await _texts(reader, sid) for sid in sids] == [[body] for body in TRICKY]
+
+
+async def test_single_statements_of_many_runs_go_together_and_answer_as_alone(pg: Backend,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reads and single writes sent together give what each gives alone (rows, row counts)."""
+    kinds: list[list[str]] = []
+    together = pg_group.GroupCommit._together
+
+    async def recording(self: Any, group: list) -> list:
+        kinds.append([e.key for e in group if isinstance(e, pg_group._Statement)])
+        return await together(self, group)
+
+    monkeypatch.setattr(pg_group.GroupCommit, "_together", recording)
+    p = pg.fresh()
+    sessions = [Session(id=f"s{i}-it's", title=f"t{i} 'quoted' \\ %s", time=SessionTime(created=1.5, updated=-0.0))
+                for i in range(20)]
+    await asyncio.gather(*(p.upsert_session(s) for s in sessions))
+    got = await asyncio.gather(*(p.get_session(s.id) for s in sessions), p.get_session("absent"))
+    assert got == [*sessions, None]
+    leases = await asyncio.gather(*(p.acquire_lease(s.id, "run") for s in sessions))  # inserts: one row each
+    assert all(not lease.lost for lease in leases)
+    await asyncio.gather(*(lease.release() for lease in leases))
+    assert pg.raw("SELECT count(*) FROM we0_leases") == [(0,)]
+    done = {k for group in kinds for k in group}
+    assert {"upsert_session", "get_session", "lease_insert", "lease_release"} <= done and max(map(len, kinds)) > 1

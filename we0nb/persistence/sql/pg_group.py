@@ -158,7 +158,8 @@ class GroupCommit:
         sql = self.conns.sql
         async with self.conns.lend() as conn:
             cur = AsyncClientCursor(conn)
-            text = [cur.mogrify(sql[e.key], e.params) for e in statements]
+            standard = conn.info.parameter_status("standard_conforming_strings") == "on"
+            text = [_bind(cur, sql[e.key], e.params, standard) for e in statements]
             if commits:
                 text.append(_renew_all(cur, leases))
                 for key, table in rows.items():  # parts first: writing a part drops its message's view
@@ -181,6 +182,15 @@ class GroupCommit:
 
 
 # --------------------------------------------------------------------------- the statements
+
+
+def _bind(cur: Any, sql: str, params: dict[str, Any], standard: bool) -> str:
+    """A statement with its ``%(name)s`` parameters as literals (:func:`_literal`; psycopg's
+    ``mogrify`` where the server does not read standard strings). The statements are compiled
+    for psycopg, whose placeholders are Python's ``%`` format (a literal ``%`` is ``%%``)."""
+    if standard:
+        return sql % {k: _literal(v) for k, v in params.items()}
+    return cur.mogrify(sql, params)
 
 
 def _values(cur: Any, template: str, rows: Sequence[tuple[Any, ...]]) -> str:
