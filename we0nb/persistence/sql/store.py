@@ -28,6 +28,7 @@ corrupted — and ``"FULL"`` sets it ``on``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import logging
 import re
@@ -245,11 +246,10 @@ class SqlPersistence(Persistence):
         costs the views' decoding, not validating the whole transcript.
         """
         params = {"sid": session_id}
-        srows = await self._db.fetchall("get_session", params)
+        srows, index = await self._fetch_both(("get_session", params), ("recent_index", params))
         if not srows:
             return RecentHistory(session=None, earlier=[], messages=[])
         session = session_from_row(srows[0][0], srows[0][1], self._where)
-        index = await self._db.fetchall("recent_index", params)
         s, k = recent_start([r[1] for r in index], [bool(r[2]) for r in index], [r[3] is not None for r in index])
         earlier: list[Any] = []
         if k:
@@ -261,10 +261,16 @@ class SqlPersistence(Persistence):
         if k == len(index):
             return RecentHistory(session=session, earlier=earlier, messages=[])
         params["mid"] = index[k][0]
-        mrows = await self._db.fetchall("load_messages_from", params)
-        prows = await self._db.fetchall("load_parts_from", params)
+        mrows, prows = await self._fetch_both(("load_messages_from", params), ("load_parts_from", params))
         return RecentHistory(session=session, earlier=earlier,
                              messages=build_messages(session_id, mrows, prows, self._where))
+
+    async def _fetch_both(self, a: Op, b: Op) -> tuple[list[Any], list[Any]]:
+        """Two reads; on PostgreSQL at once (they go to the server together: one round trip)."""
+        if isinstance(self._db, PgConnections):
+            ra, rb = await asyncio.gather(self._db.fetchall(*a), self._db.fetchall(*b))
+            return ra, rb
+        return await self._db.fetchall(*a), await self._db.fetchall(*b)
 
     async def delete_messages(self, session_id: str, message_ids: Sequence[str]) -> None:
         rows = [{"sid": session_id, "mid": m} for m in message_ids]
