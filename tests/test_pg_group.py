@@ -289,3 +289,17 @@ async def test_single_statements_of_many_runs_go_together_and_answer_as_alone(pg
     assert pg.raw("SELECT count(*) FROM we0_leases") == [(0,)]
     done = {k for group in kinds for k in group}
     assert {"upsert_session", "get_session", "lease_insert", "lease_release"} <= done and max(map(len, kinds)) > 1
+
+
+def test_a_loops_connections_are_closed_on_that_loop_when_asyncio_run_ends(pg: Backend) -> None:
+    p = pg.fresh()
+    opened: list[Any] = []
+
+    async def work() -> None:
+        await asyncio.gather(*(p.list_sessions() for _ in range(5)), p.get_session("x"))
+        opened.extend((await p._db.pool()).open)
+
+    asyncio.run(work())
+    assert opened and all(conn.closed for conn in opened)
+    assert not p._db.pools
+    assert asyncio.run(p.list_sessions()) == []  # a new loop opens new ones

@@ -18,6 +18,7 @@ from sqlalchemy import event
 
 from .errors import driver_errors, wrap
 from .inline import Op, sqlite_pragmas
+from .loops import at_shutdown, running_loop
 from .schema import ConnectionDb, ensure_schema
 from .statements import statements
 
@@ -113,10 +114,7 @@ class AsyncEngines:
     commit = transaction  # a run's commit (PostgreSQL's own path groups them: pg_group.py)
 
     async def close(self) -> None:
-        try:
-            loop: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
-        except RuntimeError:  # pragma: no cover
-            loop = None
+        loop = running_loop()
         own = list(self.engines.items())
         self.engines = weakref.WeakKeyDictionary()
         for lp, eng in own:
@@ -172,29 +170,16 @@ class AsyncEngines:
         return eng
 
     async def _guard(self, loop: asyncio.AbstractEventLoop, eng: Any) -> None:
-        """Close ``eng``'s connections while their loop still runs, when it shuts down.
+        """Dispose of ``eng``'s pool on its loop when it shuts down (:func:`.loops.at_shutdown`),
+        so no connection outlives the loop it belongs to."""
+        async def cleanup() -> None:
+            if self.engines.get(loop) is eng:
+                del self.engines[loop]
+            if self.user_engine is eng:
+                self.user_loop = None
+            await eng.dispose()
 
-        ``asyncio.run()`` finalizes live async generators (``loop.shutdown_asyncgens()``)
-        before closing the loop: this one's ``finally`` disposes of the pool there, so no
-        connection outlives the loop it belongs to.
-        """
-        async def guard() -> Any:
-            try:
-                yield
-            finally:
-                self.guards.pop(loop, None)
-                if self.engines.get(loop) is eng:
-                    del self.engines[loop]
-                if self.user_engine is eng:
-                    self.user_loop = None
-                try:
-                    await eng.dispose()
-                except Exception:  # on purpose: the loop is shutting down; nothing is left to tell
-                    pass
-
-        agen = guard()
-        await agen.__anext__()
-        self.guards[loop] = agen  # the loop keeps only a weak reference
+        await at_shutdown(loop, self.guards, cleanup)
 
     async def _ensure(self, eng: Any) -> None:
         """Create or upgrade the schema once per instance (a lost creation race is tried again once)."""

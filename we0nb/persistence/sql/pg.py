@@ -24,6 +24,7 @@ from typing import Any, Optional, Sequence
 
 from .errors import driver_errors, wrap
 from .inline import Op
+from .loops import at_shutdown, running_loop
 from .pg_group import GroupCommit
 from .statements import statements
 
@@ -121,10 +122,7 @@ class PgConnections:
 
     async def close(self) -> None:
         """Close this loop's connections; another loop's are dropped (they cannot be closed from here)."""
-        try:
-            loop: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
-        except RuntimeError:  # pragma: no cover
-            loop = None
+        loop = running_loop()
         pools = list(self.pools.items())
         self.pools = weakref.WeakKeyDictionary()  # connections lent out now are closed when given back
         for lp, pool in pools:
@@ -159,20 +157,13 @@ class PgConnections:
         return conn
 
     async def _guard(self, loop: asyncio.AbstractEventLoop, pool: _Pool) -> None:
-        """Close ``pool``'s connections while their loop still runs, when it shuts down
-        (``asyncio.run()`` finalizes live async generators before it closes the loop)."""
-        async def guard() -> Any:
-            try:
-                yield
-            finally:
-                self.guards.pop(loop, None)
-                if self.pools.get(loop) is pool:
-                    del self.pools[loop]
-                await _close_all(pool)
+        """Close ``pool``'s connections on their loop when it shuts down (:func:`.loops.at_shutdown`)."""
+        async def cleanup() -> None:
+            if self.pools.get(loop) is pool:
+                del self.pools[loop]
+            await _close_all(pool)
 
-        agen = guard()
-        await agen.__anext__()
-        self.guards[loop] = agen  # the loop keeps only a weak reference
+        await at_shutdown(loop, self.guards, cleanup)
 
 
 class _Lent:
