@@ -303,3 +303,14 @@ def test_a_loops_connections_are_closed_on_that_loop_when_asyncio_run_ends(pg: B
     assert opened and all(conn.closed for conn in opened)
     assert not p._db.pools
     assert asyncio.run(p.list_sessions()) == []  # a new loop opens new ones
+
+
+async def test_making_the_schema_leaves_no_idle_connection_of_the_synchronous_engine(pg: Backend) -> None:
+    p = pg.fresh()
+    await p.list_sessions()  # the first use makes the schema through sync_engine()
+    assert p._sync_engine is not None and p._sync_engine.pool.checkedin() == 0
+    import pandas  # noqa: F401  (the frames still read through it: it reconnects)
+
+    from we0nb.notebook import sessions_df
+
+    assert len(sessions_df(p)) == 0

@@ -140,9 +140,17 @@ class PgConnections:
                 self.pools.pop(old, None)  # connections of a closed loop: nothing can close them now
             await self._guard(loop, pool)
         if not self.ready:
-            await asyncio.to_thread(self.owner.sync_engine)  # creates or upgrades the schema, once
+            await asyncio.to_thread(self._ensure_schema)
             self.ready = True
         return pool
+
+    def _ensure_schema(self) -> None:
+        """Create or upgrade the schema through the synchronous engine (once per instance); an
+        engine made for this leaves no idle connection behind (it reconnects when used again)."""
+        made_here = self.owner._sync_engine is None
+        eng = self.owner.sync_engine()
+        if made_here:
+            eng.dispose()
 
     async def connect(self) -> Any:
         import psycopg
