@@ -11,8 +11,10 @@ The package, one concern per module:
 * ``statements.py`` — every statement, compiled from the tables for each dialect, and the rows;
 * ``inline.py`` — SQLite on one ``sqlite3`` connection on the calling thread (the default);
 * ``pg.py`` — PostgreSQL on psycopg 3's own async connections (the default for a PostgreSQL URL);
+* ``pg_group.py`` — PostgreSQL's group commit: what many runs send at once, in one round trip;
 * ``engine.py`` — SQLAlchemy asyncio engines (an engine passed in, aiosqlite, PostgreSQL with other
   ``engine_options``);
+* ``loops.py`` — a loop's connections closed on that loop when it shuts down;
 * ``lease.py`` — the session lease: acquire, take over, heartbeat, release;
 * ``records.py`` — rows back into objects, naming corrupt records;
 * ``errors.py`` — driver errors as :class:`~we0nb.PersistenceError`;
