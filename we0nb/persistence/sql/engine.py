@@ -22,10 +22,10 @@ from .loops import at_shutdown, running_loop
 from .schema import ConnectionDb, ensure_schema
 from .statements import statements
 
-__all__ = ["AsyncEngines", "install_events", "ensure_schema_on"]
+__all__ = ["AsyncEngines", "GuardFailed", "install_events", "ensure_schema_on"]
 
 
-class _GuardFailed(Exception):
+class GuardFailed(Exception):
     """The guard statement of a transaction changed no row: roll back, write nothing."""
 
 
@@ -100,12 +100,12 @@ class AsyncEngines:
                 if guard is not None:
                     result = await conn.exec_driver_sql(self.sql[guard[0]], guard[1])
                     if result.rowcount != 1:
-                        raise _GuardFailed
+                        raise GuardFailed
                 for key, params in ops:
                     if isinstance(params, list) and not params:
                         continue
                     await conn.exec_driver_sql(self.sql[key], params)
-        except _GuardFailed:
+        except GuardFailed:
             return False
         except driver_errors() as e:
             raise wrap(e, self.where) from e

@@ -22,6 +22,7 @@ import asyncio
 import weakref
 from typing import Any, Optional, Sequence
 
+from .engine import GuardFailed
 from .errors import driver_errors, wrap
 from .inline import Op
 from .loops import at_shutdown, running_loop
@@ -32,10 +33,6 @@ __all__ = ["PgConnections", "NATIVE_OPTIONS"]
 
 #: the ``engine_options`` this path honours; any other option goes through SQLAlchemy
 NATIVE_OPTIONS = frozenset({"pool_size", "max_overflow", "connect_args"})
-
-
-class _GuardFailed(Exception):
-    """The guard statement of a transaction changed no row: roll back, write nothing."""
 
 
 class _Pool:
@@ -109,14 +106,14 @@ class PgConnections:
                     if guard is not None:
                         await cur.execute(self.sql[guard[0]], guard[1])
                         if cur.rowcount != 1:
-                            raise _GuardFailed
+                            raise GuardFailed
                     for key, params in ops:
                         if isinstance(params, list):
                             if params:
                                 await cur.executemany(self.sql[key], params)
                         else:
                             await cur.execute(self.sql[key], params)
-        except _GuardFailed:
+        except GuardFailed:
             return False
         return True
 

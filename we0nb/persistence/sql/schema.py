@@ -116,7 +116,7 @@ def triggers(dialect: str) -> list[str]:
                 f"BEGIN {_STALE}; END" for op in ("INSERT", "UPDATE")]
     # the messages table of the trigger's own schema (named when the function is made), whatever
     # the writer's search_path; a static statement, which PL/pgSQL plans once per connection
-    # (dynamic SQL was planned again at every part written: a quarter of the server's work in W7)
+    # (dynamic SQL was planned again at every part written; W7's server CPU fell ~17% without it)
     return [
         "DO $do$ BEGIN EXECUTE 'CREATE OR REPLACE FUNCTION ' || quote_ident(current_schema()) "
         "|| '.we0_parts_view_stale() RETURNS trigger LANGUAGE plpgsql AS $b$ BEGIN UPDATE ' "
