@@ -188,3 +188,77 @@ async def test_external_task_cancellation_also_persists():
         await task
     a = (await agent.transcript(SID)).messages[-1]
     assert a.info.time.completed is None and len(a.text) > 0
+
+
+class _CommitThatHangs(MemoryPersistence):
+    """A store whose first commit carrying ``trigger`` hangs until cancelled (a slow database,
+    a locked SQLite file, a network store) — nothing of that commit is written."""
+
+    def __init__(self, trigger):
+        super().__init__()
+        self.trigger = trigger
+        self.hanging = asyncio.Event()
+
+    async def commit(self, writes, *, lease=None):
+        if not self.hanging.is_set() and any(self.trigger(p) for _m, parts, _v in writes for p in parts):
+            self.hanging.set()
+            await asyncio.Event().wait()  # until cancelled: this commit never reaches the store
+        await super().commit(writes, lease=lease)
+
+
+async def _cancel_when_hanging(agent, store):
+    task = asyncio.ensure_future(agent.invoke(session_id=SID, messages=[user_message("hi")]))
+    await asyncio.wait_for(store.hanging.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_cancelled_commit_of_a_step_end_is_written_by_the_cancel_not_lost():
+    """A side-effect tool completed; the commit carrying its result (merged with the next step's
+    start) is cancelled mid-way. The result must still be stored: else resume would treat a
+    call that ran and answered as one that may have run."""
+    paid = []
+
+    @tool(side_effects=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(amount)
+        return f"paid {amount}"
+
+    store = _CommitThatHangs(lambda p: p.type == "step-finish")
+    model = ScriptedModel([[tool_call("pay", {"amount": 5})], [text("done")]])
+    agent = We0Agent(model, tools=[pay], persistence=store)
+    await _cancel_when_hanging(agent, store)
+    assert paid == [5]
+    first = (await agent.transcript(SID)).messages[1]
+    calls = [p for p in first.parts if p.type == "tool"]
+    assert len(calls) == 1, [p.type for p in first.parts]
+    call = calls[0]
+    assert call.state.status == "completed" and call.state.output == "paid 5"
+    assert first.parts[-1].type == "step-finish" and first.info.time.completed is not None
+    r = await agent.invoke(mode="resume", session_id=SID)
+    assert r.text == "done" and paid == [5]  # the result was kept: nothing ran twice, nothing was interrupted
+    assert call.state.status == "completed"
+
+
+async def test_a_cancelled_commit_of_dirty_parts_is_written_by_the_cancel_not_lost():
+    """A pending call waits in the writer's dirty set; the write-ahead that carries it is
+    cancelled before the tool runs. The call the model made must still be stored."""
+    ran = []
+
+    @tool(side_effects=True)
+    def pay(amount: int) -> str:
+        """Pay."""
+        ran.append(amount)
+        return "paid"
+
+    store = _CommitThatHangs(lambda p: p.type == "tool")
+    model = ScriptedModel([[tool_call("pay", {"amount": 7})], [text("done")]])
+    agent = We0Agent(model, tools=[pay], persistence=store)
+    await _cancel_when_hanging(agent, store)
+    assert ran == []
+    parts = (await agent.transcript(SID)).messages[1].parts
+    calls = [p for p in parts if p.type == "tool"]
+    assert len(calls) == 1, [p.type for p in parts]
+    assert calls[0].tool == "pay" and calls[0].state.input == {"amount": 7}

@@ -14,11 +14,14 @@ The writer owns the three things that decide *when* something becomes durable:
   commit of its own, one fewer. Its events wait for it.
 
 Every commit carries the run's lease: a run that lost its session to another one raises
-:class:`~we0nb.LeaseLostError` at its next write and writes nothing more.
+:class:`~we0nb.LeaseLostError` at its next write and writes nothing more. A commit that
+fails or is cancelled (a slow database, a locked SQLite file, a cancelled task) is not forgotten: its writes
+go again, first, with the next commit — the one that records the abort or the failure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Optional, Sequence, Union
 
@@ -47,6 +50,8 @@ class Writer:
         self.last_flush = 0.0
         self._end: Optional[tuple[AssistantMessage, tuple[Part, ...], MessageWithParts]] = None
         self._end_events: list[dict[str, Any]] = []
+        #: the writes of a commit that failed or was cancelled: they go first with the next one
+        self._unsent: list[Batch] = []
 
     # ------------------------------------------------------------------ commits
 
@@ -71,7 +76,7 @@ class Writer:
                 dirty.pop(part.id, None)
             parts = (*dirty.values(), *parts)
             dirty.clear()
-        writes: list[Batch] = []
+        writes, self._unsent = self._unsent, []
         end = self._end
         if end is not None:
             self._end = None
@@ -80,7 +85,13 @@ class Writer:
             writes.append((message, parts, self.view_of(final) if final is not None else None))
         writes.extend(then)
         if writes:
-            await self.p.commit(writes, lease=self.lease)
+            try:
+                await self.p.commit(writes, lease=self.lease)
+            except (Exception, asyncio.CancelledError):
+                # (an interrupt or exit inside the store is the process going down: no retry)
+                if not self.lost:  # (live objects: the retry writes them as they are by then)
+                    self._unsent = writes
+                raise
 
     def defer_end(self, info: AssistantMessage, parts: Sequence[Part], msg: MessageWithParts,
                   events: list[dict[str, Any]]) -> None:
