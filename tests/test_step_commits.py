@@ -45,11 +45,34 @@ async def test_a_tool_step_costs_two_commits() -> None:
                      tools=[ping], persistence=p)
     await agent.invoke(session_id="s", messages=[user_message("go")])
     writes = p.writes
-    # the user message; per tool step its start (after the first: with the previous end) and
-    # the write-ahead; the final step's start (with the last tool step's end), its text part
-    # when it opens and when it closes, and its end, alone: nothing follows it
-    assert writes == ["batch"] + ["batch", "part"] + ["batch+end", "part"] * (k - 1) + \
-        ["batch+end", "part", "part", "batch"]
+    # per tool step its start (the first with the user message, the others with the previous
+    # step's end) and the write-ahead; the final step's start (with the last tool step's end),
+    # and its end with its text part (opened while streaming, closed when the stream ended):
+    # k + 1 steps, 2k + 2 commits
+    assert writes == ["batch+end", "part"] * k + ["batch+end", "batch+end"]
+
+
+async def test_a_text_steps_part_is_written_with_its_end_and_its_events_wait_for_it(tmp_path: Path) -> None:
+    """The stream's end closes the text part; nothing runs before the step's end, so both go in
+    one commit — and the text-end event comes only once that commit is durable, before step-finish."""
+    url = f"sqlite:///{tmp_path / 'we0.db'}"
+    agent = We0Agent(ScriptedModel([[text(["a", "b"])]]), persistence=SqlPersistence(url))
+    other = SqlPersistence(url)  # another connection: what a crash right now would leave
+    kinds = []
+    async for ev in agent.stream(session_id="s", messages=[user_message("go")]):
+        kinds.append(ev["type"])
+        if ev["type"] in ("user-message", "text-end"):
+            stored = await other.load_transcript("s")
+            ids = {m.info.id for m in stored.messages}
+            if ev["type"] == "user-message":
+                assert ev["message"].id in ids
+            else:
+                part = next(p for m in stored.messages for p in m.parts if p.id == ev["part"].id)
+                assert part.text == "ab" and part.time.end is not None
+    assert kinds == ["start", "user-message", "step-start", "text-start", "text-delta", "text-delta", "text-end",
+                     "step-finish", "finish"]
+    await other.close()
+    await agent.persistence.close()
 
 
 async def test_step_finish_is_seen_only_once_durable(tmp_path: Path) -> None:

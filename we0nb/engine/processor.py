@@ -125,8 +125,11 @@ class StepProcessor:
             if wrapped is not None:
                 raise wrapped from exc
             raise
-        for out in await self._close_open():
-            yield out
+        if self.msg.tool_parts:  # (their write-ahead follows: keep the text's end before it)
+            for out in await self._close_open():
+                yield out
+        else:
+            self._hold_close()
 
     async def handle(self, ev: Any) -> list[dict[str, Any]]:
         """Every model event but the deltas: tool calls, reasoning ends and the finish."""
@@ -158,7 +161,7 @@ class StepProcessor:
                      time=PartTime(start=now()))
         self.msg.parts.append(part)
         state.writer.open_part(part)
-        await state.writer.write(None, part)
+        state.writer.mark(part)  # (written with the first flush, at the latest ``flush_interval`` on)
         out.append({"type": f"{kind}-start", "part": snapshot(part)})
         return out
 
@@ -180,6 +183,14 @@ class StepProcessor:
         out.append({"type": "reasoning-start", "part": snapshot(part)})
         out.append({"type": "reasoning-end", "part": snapshot(part)})
         return out
+
+    def _hold_close(self) -> None:
+        """The stream ended on text and no call follows: the part's end is held for the step's
+        end, the next commit (nothing runs in between), and so is its event."""
+        writer = self.state.writer
+        closed = writer.close_open(tail=self.joiner.flush())
+        if closed is not None:
+            writer.hold(None, (closed,), None, [{"type": f"{closed.type}-end", "part": snapshot(closed)}])
 
     async def _close_open(self) -> list[dict[str, Any]]:
         writer = self.state.writer

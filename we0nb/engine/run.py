@@ -82,7 +82,7 @@ class Run:
                     yield ev
             except Aborted:
                 await writer.persist_interrupted()  # (commits a held step end too)
-                for ev in writer.take_end_events():  # its events, now that it is durable
+                for ev in writer.take_held_events():  # its events, now that it is durable
                     yield ev
                 raise asyncio.CancelledError("run aborted") from None
             except (asyncio.CancelledError, GeneratorExit):
@@ -130,15 +130,15 @@ class Run:
                     recovered = True
                     yield ev
             if executor.awaiting:  # a person decides first: no model call until then
-                for ev in await writer.commit_end():
+                for ev in await writer.commit_held():
                     yield ev
                 break
             if not self._needs_step(recovered, output):
-                for ev in await writer.commit_end():
+                for ev in await writer.commit_held():
                     yield ev
                 break
             if state.steps >= agent.max_steps:
-                for ev in await writer.commit_end():
+                for ev in await writer.commit_held():
                     yield ev
                 raise MaxStepsExceeded(req.session_id, agent.max_steps)
             try:
@@ -149,17 +149,17 @@ class Run:
                     raise
             if state.has_output or executor.awaiting:
                 if executor.awaiting:
-                    for ev in await writer.commit_end():
+                    for ev in await writer.commit_held():
                         yield ev
                 break
             try:
                 due = compactor.due()
             except BaseException:
-                for ev in await writer.commit_end():
+                for ev in await writer.commit_held():
                     yield ev
                 raise
             if due:
-                for ev in await writer.commit_end():
+                for ev in await writer.commit_held():
                     yield ev
                 async for ev in compactor.compact():
                     yield ev
@@ -210,14 +210,13 @@ class Run:
             state.messages = visible_messages(session, messages)  # resume never sees reverted messages
 
     async def _start_prompt(self, session: Session, executor: ToolExecutor) -> AsyncIterator[dict[str, Any]]:
-        """Prompt mode: clear a revert, interrupt what the last turn left unfinished, write the messages."""
+        """Prompt mode: clear a revert, interrupt what the last turn left unfinished, hold the messages."""
         if session.revert is not None:
             await self._clear_revert(session)
         async for ev in self._recover("prompt", executor):
             yield ev
         for u in self.req.messages or ():
-            m = await self.state.append_user_message(clean(u.text))
-            yield {"type": "user-message", "message": snapshot(m.info), "text": m.text}
+            self.state.hold_user_message(clean(u.text))  # (committed with the first step's start)
 
     async def _touch_session(self, session: Session) -> None:
         # the lease makes this run the session's only writer, so ``session`` is current
@@ -309,7 +308,7 @@ class Run:
         msg.parts.append(start)
         # durability point: the unfinished message exists (committed with the previous step's end)
         await writer.write(info, start)
-        held = writer.take_end_events()
+        held = writer.take_held_events()
         if held:
             for ev in held:
                 yield ev
@@ -333,7 +332,7 @@ class Run:
             # durability point: the step's end — committed with whatever the run writes next, at
             # once (the next step's start, or the run's end); nothing is yielded or run before it
             info, sf, events = self._close_step(msg, processor, calls)
-            writer.defer_end(info, (sf,), msg, events)
+            writer.hold(info, (sf,), msg, events)
             return
         async for ev in self._finish_step(msg, processor, calls, output):
             yield ev
@@ -364,8 +363,9 @@ class Run:
                            output: OutputChecker) -> AsyncIterator[dict[str, Any]]:
         """With an output type: the step's end is committed at once, then the output is checked."""
         info, sf, events = self._close_step(msg, processor, calls)
-        await self.state.writer.write(info, sf, final=msg)
-        for ev in events:
+        writer = self.state.writer
+        writer.hold(info, (sf,), msg, events)
+        for ev in await writer.commit_held():  # (a text end held at the stream's end comes first)
             yield ev
         for ev in await output.after_step(msg):  # (an invalid answer: a message asking again)
             yield ev

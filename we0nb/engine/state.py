@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Protocol
 
 from .._ids import IdSequence, now
-from ..messages import MessageTime, MessageWithParts, PartTime, TextPart, Usage, UserMessage
+from ..messages import MessageTime, MessageWithParts, PartTime, TextPart, Usage, UserMessage, snapshot
 from ..models.base import Model, ModelRequest, ToolSchema
 from ..persistence.base import Persistence
 from ..tools import AnyToolDefinition, ToolPolicy
@@ -136,6 +136,14 @@ class RunState:
         """``m`` is written: it joins the history and becomes the turn's parent."""
         self.messages.append(m)
         self._parent = m.info.id
+
+    def hold_user_message(self, text: str) -> MessageWithParts:
+        """A prompt's user message, held for the next commit (its first step's start); its
+        event waits for that commit."""
+        m = self.user_message(text)
+        self.writer.hold(m.info, m.parts, m, [{"type": "user-message", "message": snapshot(m.info), "text": m.text}])
+        self.add_user_message(m)
+        return m
 
     async def append_user_message(self, text: str, *, synthetic: bool = False) -> MessageWithParts:
         """Write a user message (and its text part) and make it the turn's parent."""

@@ -8,10 +8,12 @@ The writer owns the three things that decide *when* something becomes durable:
   ``dirty`` for the next commit;
 * **the write-ahead** — :meth:`Writer.write` commits at once; the executor calls it with a
   call's ``running`` state before the tool executes;
-* **the merged step end** — a finished step's end is held (:meth:`defer_end`) and committed
-  with whatever comes next (the next step's start, or :meth:`commit_end` at the run's end):
-  nothing is run or yielded before that commit, so a crash sees the same states as with a
-  commit of its own, one fewer. Its events wait for it.
+* **held writes** — a write that nothing depends on before the next commit is held and
+  committed with whatever comes next (:meth:`hold`): a finished step's end (with the text
+  part the stream's end closed) goes with the next step's start or the run's end
+  (:meth:`commit_held`); a prompt's user message goes with its first step's start. Nothing
+  is run or yielded between the hold and that commit, so a crash sees the same states as
+  with a commit of its own, one fewer. Their events wait for it.
 
 Every commit carries the run's lease: a run that lost its session to another one raises
 :class:`~we0nb.LeaseLostError` at its next write and writes nothing more. A commit that
@@ -48,8 +50,9 @@ class Writer:
         self.open: Optional[OpenPart] = None
         self.chunks: list[str] = []
         self.last_flush = 0.0
-        self._end: Optional[tuple[AssistantMessage, tuple[Part, ...], MessageWithParts]] = None
-        self._end_events: list[dict[str, Any]] = []
+        #: held writes ``(message, parts, final)`` and their events, for the next commit
+        self._held: list[tuple[Optional[MessageInfo], tuple[Part, ...], Optional[MessageWithParts]]] = []
+        self._held_events: list[dict[str, Any]] = []
         #: the writes of a commit that failed or was cancelled: they go first with the next one
         self._unsent: list[Batch] = []
 
@@ -65,7 +68,8 @@ class Writer:
 
     async def write(self, message: Optional[MessageInfo], *parts: Part,
                     final: Optional[MessageWithParts] = None, then: Sequence[Batch] = ()) -> None:
-        """One commit: a held step end first, then ``message`` with ``parts`` and every dirty part.
+        """One commit: what a failed commit left and the held writes first, then ``message`` with
+        ``parts`` and every dirty part.
 
         ``final``: the message is final with this write; its model view goes with it.
         ``then``: more ``(message, parts, view)`` writes in the same transaction.
@@ -77,10 +81,10 @@ class Writer:
             parts = (*dirty.values(), *parts)
             dirty.clear()
         writes, self._unsent = self._unsent, []
-        end = self._end
-        if end is not None:
-            self._end = None
-            writes.append((end[0], end[1], self.view_of(end[2])))
+        if self._held:
+            view_of = self.view_of
+            writes.extend((m, ps, view_of(f) if f is not None else None) for m, ps, f in self._held)
+            self._held = []
         if message is not None or parts:
             writes.append((message, parts, self.view_of(final) if final is not None else None))
         writes.extend(then)
@@ -93,27 +97,27 @@ class Writer:
                     self._unsent = writes
                 raise
 
-    def defer_end(self, info: AssistantMessage, parts: Sequence[Part], msg: MessageWithParts,
-                  events: list[dict[str, Any]]) -> None:
-        """Hold a finished step's end (with every dirty part) for the next commit."""
-        self._end = (info, (*self.dirty.values(), *parts), msg)
+    def hold(self, message: Optional[MessageInfo], parts: Sequence[Part], final: Optional[MessageWithParts],
+             events: Sequence[dict[str, Any]] = ()) -> None:
+        """Hold a write (with every dirty part) for the next commit; ``events`` wait for it.
+
+        Only for a write that nothing is run or yielded before: the next commit follows at once
+        (a step's start, a write-ahead, the run's end, or the abort's or failure's own write).
+        """
+        self._held.append((message, (*self.dirty.values(), *parts), final))
         self.dirty.clear()
-        self._end_events = events
+        self._held_events.extend(events)
 
-    @property
-    def holds_end(self) -> bool:
-        return self._end is not None
-
-    def take_end_events(self) -> list[dict[str, Any]]:
-        """The events of a step end that is now committed (yield them in order)."""
-        events, self._end_events = self._end_events, []
+    def take_held_events(self) -> list[dict[str, Any]]:
+        """The events of held writes that are now committed (yield them in order)."""
+        events, self._held_events = self._held_events, []
         return events
 
-    async def commit_end(self) -> list[dict[str, Any]]:
-        """Commit a held step end now (the run goes no further); its events."""
-        if self._end is not None:
+    async def commit_held(self) -> list[dict[str, Any]]:
+        """Commit the held writes now (the run goes no further); their events."""
+        if self._held:
             await self.write(None)
-        return self.take_end_events()
+        return self.take_held_events()
 
     # ------------------------------------------------------------------ streamed text
 
@@ -128,17 +132,24 @@ class Writer:
             part.text = part.text + "".join(self.chunks)
             self.chunks = []
 
-    async def flush_open(self, close: bool, tail: str = "") -> Optional[OpenPart]:
-        """Write the open text/reasoning part; with ``close`` also end it (``tail``: its last text)."""
+    def close_open(self, tail: str = "") -> Optional[OpenPart]:
+        """End the open text/reasoning part (``tail``: its last text), without writing it."""
         part = self.open
         if part is None:
             return None
         if tail:
             self.chunks.append(tail)
         self.materialize()
-        if close:
-            part.time = PartTime(start=part.time.start if part.time else now(), end=now())
-            self.open = None
+        part.time = PartTime(start=part.time.start if part.time else now(), end=now())
+        self.open = None
+        return part
+
+    async def flush_open(self, close: bool, tail: str = "") -> Optional[OpenPart]:
+        """Write the open text/reasoning part; with ``close`` also end it (``tail``: its last text)."""
+        part = self.close_open(tail) if close else self.open
+        if part is None:
+            return None
+        self.materialize()
         await self.write(None, part)
         self.last_flush = time.monotonic()
         return part
