@@ -262,3 +262,40 @@ async def test_a_cancelled_commit_of_dirty_parts_is_written_by_the_cancel_not_lo
     calls = [p for p in parts if p.type == "tool"]
     assert len(calls) == 1, [p.type for p in parts]
     assert calls[0].tool == "pay" and calls[0].state.input == {"amount": 7}
+
+
+async def test_runs_sharing_an_abort_event_share_one_watcher_and_all_stop():
+    """A batch's items share its stop event: one waiting task for all of them, and one set()
+    still stops each run at once; when the last run ends, nothing waits on the event."""
+    from we0nb.engine import abort as abort_module
+
+    abort = asyncio.Event()
+    agent, _ = agent_with([[text(["x"] * 1000)]] * 3, delay=0.01)
+    before = len(asyncio.all_tasks())
+    runs = [asyncio.ensure_future(agent.invoke(abort=abort, session_id=f"s{i}", messages=[user_message("hi")]))
+            for i in range(3)]
+    await asyncio.sleep(0.1)
+    assert len(abort_module._WATCHERS[abort].scopes) == 3
+    assert len(asyncio.all_tasks()) == before + 3 + 1  # the runs and one watcher
+    t0 = time.monotonic()
+    abort.set()
+    for r in runs:
+        with pytest.raises(asyncio.CancelledError):
+            await r
+    assert time.monotonic() - t0 < 1.0
+    assert abort not in abort_module._WATCHERS
+    for i in range(3):
+        a = (await agent.transcript(f"s{i}")).messages[-1]
+        assert a.info.time.completed is None and a.text.startswith("x")
+
+
+async def test_a_run_that_ends_normally_leaves_nothing_waiting_on_its_event():
+    from we0nb.engine import abort as abort_module
+
+    abort = asyncio.Event()
+    agent, _ = agent_with([[text("a")], [text("b")]])
+    await agent.invoke(abort=abort, session_id="s1", messages=[user_message("hi")])
+    await agent.invoke(abort=abort, session_id="s2", messages=[user_message("hi")])
+    await asyncio.sleep(0)
+    assert abort not in abort_module._WATCHERS
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []

@@ -4,12 +4,14 @@ Abort costs nothing per delta beyond a flag test: a watcher waits on the run's
 ``asyncio.Event`` and, when it fires, cancels the run's task only if the run is *blocked*
 — awaiting the model's next event or a tool (:meth:`AbortScope.next`,
 :meth:`AbortScope.wait`). Between those points the engine calls :meth:`AbortScope.check`.
-Writes are never cancelled this way: a commit in progress completes.
+Writes are never cancelled this way: a commit in progress completes. Runs that share one
+event (a batch's items) share one watcher: a task per event, not per run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any, AsyncIterator, Awaitable, Optional, TypeVar
 
 __all__ = ["Aborted", "AbortScope"]
@@ -21,34 +23,61 @@ class Aborted(Exception):
     """Internal: the abort event was seen at a check point."""
 
 
+class _Watcher:
+    """One task waiting on one abort event for every open scope that uses it."""
+
+    __slots__ = ("scopes", "task")
+
+    def __init__(self, event: asyncio.Event) -> None:
+        self.scopes: set[AbortScope] = set()
+        self.task: asyncio.Future[Any] = asyncio.ensure_future(event.wait())
+        self.task.add_done_callback(self._fired)
+
+    def _fired(self, fut: "asyncio.Future[Any]") -> None:
+        if not fut.cancelled():
+            for scope in list(self.scopes):
+                scope.on_abort()
+
+
+#: the watcher of each event now in use (an event nobody watches is forgotten)
+_WATCHERS: "weakref.WeakKeyDictionary[asyncio.Event, _Watcher]" = weakref.WeakKeyDictionary()
+
+
 class AbortScope:
     """The abort plumbing of one run (start it in the run's task, close it at the end)."""
 
-    __slots__ = ("event", "_task", "_blocked", "_watcher", "cancelled_by_abort")
+    __slots__ = ("event", "_task", "_blocked", "_watcher", "cancelled_by_abort", "__weakref__")
 
     def __init__(self, event: asyncio.Event) -> None:
         self.event = event
         self._task: Optional[asyncio.Task[Any]] = None
         self._blocked: Optional[asyncio.Task[Any]] = None
-        self._watcher: Optional[asyncio.Future[Any]] = None
+        self._watcher: Optional[_Watcher] = None
         self.cancelled_by_abort = False
 
     def start(self) -> None:
         self._task = asyncio.current_task()
-        self._watcher = asyncio.ensure_future(self.event.wait())
-        self._watcher.add_done_callback(self._on_abort)
+        watcher = _WATCHERS.get(self.event)
+        if watcher is None or watcher.task.done() or watcher.task.get_loop() is not asyncio.get_running_loop():
+            # (done: the event was set earlier; another loop: left by a loop closed mid-run)
+            watcher = _WATCHERS[self.event] = _Watcher(self.event)
+        watcher.scopes.add(self)
+        self._watcher = watcher
 
     def close(self) -> None:
         watcher = self._watcher
-        if watcher is not None:
-            watcher.remove_done_callback(self._on_abort)
-            if not watcher.done():
-                watcher.cancel()
-            self._watcher = None
-
-    def _on_abort(self, fut: "asyncio.Future[Any]") -> None:
-        if fut.cancelled():
+        if watcher is None:
             return
+        self._watcher = None
+        watcher.scopes.discard(self)
+        if not watcher.scopes:  # the last run on this event: stop waiting on it
+            if not watcher.task.done():
+                watcher.task.cancel()
+            if _WATCHERS.get(self.event) is watcher:
+                del _WATCHERS[self.event]
+
+    def on_abort(self) -> None:
+        """The event fired: cancel the run's task if it is blocked on the model or a tool."""
         task = self._blocked
         if task is not None and not task.done():
             self.cancelled_by_abort = True

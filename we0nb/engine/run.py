@@ -116,9 +116,9 @@ class Run:
         executor = ToolExecutor(state, output)
         compactor = Compactor(state)
         await state.refresh_tools()  # MCP servers connect here, before anything is written
-        session = await self._ensure_session()
+        session, created = await self._ensure_session()
         yield {"type": "start", "session_id": req.session_id, "mode": req.mode, "run_id": req.run_id}
-        await self._load(session)
+        await self._load(session, created)
         if req.mode == "prompt":
             async for ev in self._start_prompt(session, executor):
                 yield ev
@@ -186,19 +186,24 @@ class Run:
 
     # ------------------------------------------------------------------ start-up
 
-    async def _ensure_session(self) -> Session:
+    async def _ensure_session(self) -> tuple[Session, bool]:
+        """The session, and whether this run just created it."""
         s = await self.p.get_session(self.req.session_id)
-        if s is None:
-            t = now()
-            first = self.req.messages[0].text.strip() if self.req.messages else ""
-            title = first.splitlines()[0][:80] if first else ""
-            s = Session(id=self.req.session_id, title=title, time=SessionTime(created=t, updated=t))
-            await self.p.upsert_session(s)
-        return s
+        if s is not None:
+            return s, False
+        t = now()
+        first = self.req.messages[0].text.strip() if self.req.messages else ""
+        title = first.splitlines()[0][:80] if first else ""
+        s = Session(id=self.req.session_id, title=title, time=SessionTime(created=t, updated=t))
+        await self.p.upsert_session(s)
+        return s, True
 
-    async def _load(self, session: Session) -> None:
+    async def _load(self, session: Session, created: bool) -> None:
         """The history the run starts from (older messages as stored model views when possible)."""
         state, sid = self.state, self.req.session_id
+        if created:  # (a store shows no message of a session without its row: nothing to read)
+            state.load([], HistoryCache())
+            return
         if session.revert is None:
             recent = await self.p.load_recent(sid)
             state.load(recent.messages, HistoryCache(recent.earlier))
