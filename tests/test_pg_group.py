@@ -86,6 +86,29 @@ async def test_concurrent_commits_go_together_and_each_gets_its_own_outcome(pg: 
     assert renewed == [(39,)]
 
 
+async def test_session_rows_go_in_the_group_and_only_where_the_lease_is_held(pg: Backend, group_sizes: list) -> None:
+    p = pg.fresh()
+    p.lease_ttl, p.lease_renew = 600.0, 500.0
+    sids = [new_id("ses") for _ in range(20)]
+    leases = [await p.acquire_lease(sid, f"run_{i}") for i, sid in enumerate(sids)]
+    lost = sids[3]
+    pg.raw(f"UPDATE we0_leases SET owner = 'elsewhere:1:run_x', host = 'elsewhere' WHERE session_id = '{lost}'")
+    sessions = [Session(id=sid, title=f"title {i}", time=SessionTime(created=1.0, updated=2.0 + i))
+                for i, sid in enumerate(sids)]
+    writes = [_user(sid, f"body {i}") for i, sid in enumerate(sids)]
+    outcomes = await asyncio.gather(*(p.commit([(u, [t], None)], lease=lease, session=s)
+                                      for (u, t), lease, s in zip(writes, leases, sessions)), return_exceptions=True)
+    assert max(group_sizes) > 1
+    assert isinstance(outcomes[3], LeaseLostError) and [o for i, o in enumerate(outcomes) if i != 3] == [None] * 19
+    reader = pg.fresh()
+    for i, sid in enumerate(sids):
+        tr = await reader.load_transcript(sid)
+        if sid == lost:
+            assert tr.session is None and tr.messages == []
+        else:
+            assert tr.session == sessions[i] and [m.parts[0].text for m in tr.messages] == [f"body {i}"]
+
+
 async def test_a_value_the_server_refuses_fails_only_its_own_commit(pg: Backend, group_sizes: list) -> None:
     p = pg.fresh()
     sids = [new_id("ses") for _ in range(12)]

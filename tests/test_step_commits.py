@@ -122,3 +122,54 @@ async def test_abort_on_step_finish_leaves_no_next_step(tmp_path: Path) -> None:
     r = await agent.invoke(mode="resume", session_id="s")
     assert r.text == "second" and len(model.requests) == 2
     await p.close()
+
+
+class SessionWrites(MemoryPersistence):
+    """Records how the session's row is written: on its own, or with a commit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alone = 0
+        self.with_commit: list[int] = []  # the index of each commit that carried it
+
+    async def upsert_session(self, session: Any) -> None:
+        self.alone += 1
+        await super().upsert_session(session)
+
+    async def commit(self, writes: Any, *, lease: Any = None, session: Any = None) -> None:
+        self.with_commit.append(session is not None)
+        if session is not None:  # (as the port's default, without counting it as alone)
+            await MemoryPersistence.upsert_session(self, session)
+        await super().commit(writes, lease=lease)
+
+
+async def test_the_session_row_goes_with_the_runs_first_and_last_commits() -> None:
+    p = SessionWrites()
+    agent = We0Agent(ScriptedModel([[tool_call("ping", {"i": 1})], [text("done")], [text("again")]]), tools=[ping],
+                     persistence=p)
+    await agent.invoke(session_id="s", messages=[user_message("go")])
+    assert p.alone == 0
+    assert p.with_commit[0] and p.with_commit[-1] and not any(p.with_commit[1:-1])
+    first = (await agent.transcript("s")).session
+    p.with_commit.clear()
+    await agent.invoke(session_id="s", messages=[user_message("again")])
+    assert p.alone == 0 and p.with_commit[-1] and not any(p.with_commit[:-1])  # (it exists: only its end time)
+    later = (await agent.transcript("s")).session
+    assert later.time.created == first.time.created and later.time.updated > first.time.updated
+
+
+class OlderPort(MemoryPersistence):
+    """A store written before ``commit(..., session=)``: its override takes no such argument."""
+
+    async def commit(self, writes, *, lease=None):
+        await super().commit(writes, lease=lease)
+
+
+async def test_a_store_whose_commit_takes_no_session_still_gets_the_session_row() -> None:
+    p = OlderPort()
+    agent = We0Agent(ScriptedModel([[text("a")], [text("b")]]), persistence=p)
+    await agent.invoke(session_id="s", messages=[user_message("go")])
+    first = (await agent.transcript("s")).session
+    assert first is not None and first.title == "go"
+    await agent.invoke(session_id="s", messages=[user_message("more")])
+    assert (await agent.transcript("s")).session.time.updated > first.time.updated

@@ -130,12 +130,8 @@ class Run:
                     recovered = True
                     yield ev
             if executor.awaiting:  # a person decides first: no model call until then
-                for ev in await writer.commit_held():
-                    yield ev
                 break
             if not self._needs_step(recovered, output):
-                for ev in await writer.commit_held():
-                    yield ev
                 break
             if state.steps >= agent.max_steps:
                 for ev in await writer.commit_held():
@@ -148,9 +144,6 @@ class Run:
                 if not await compactor.on_model_error(exc):  # a context overflow compacts
                     raise
             if state.has_output or executor.awaiting:
-                if executor.awaiting:
-                    for ev in await writer.commit_held():
-                        yield ev
                 break
             try:
                 due = compactor.due()
@@ -164,7 +157,9 @@ class Run:
                 async for ev in compactor.compact():
                     yield ev
                 break
-        await self._touch_session(session)
+        self._touch_session(session)
+        for ev in await writer.commit_held():  # (the held step end, with the session's row)
+            yield ev
         self.result = self._result(compactor.compacted, executor.awaiting)
         yield {"type": "finish", "result": self.result}
 
@@ -195,7 +190,7 @@ class Run:
         first = self.req.messages[0].text.strip() if self.req.messages else ""
         title = first.splitlines()[0][:80] if first else ""
         s = Session(id=self.req.session_id, title=title, time=SessionTime(created=t, updated=t))
-        await self.p.upsert_session(s)
+        self.state.writer.hold_session(s)  # (written with the run's first commit)
         return s, True
 
     async def _load(self, session: Session, created: bool) -> None:
@@ -223,11 +218,11 @@ class Run:
         for u in self.req.messages or ():
             self.state.hold_user_message(clean(u.text))  # (committed with the first step's start)
 
-    async def _touch_session(self, session: Session) -> None:
-        # the lease makes this run the session's only writer, so ``session`` is current
-        self.state.writer.lease.check()  # type: ignore[union-attr]
+    def _touch_session(self, session: Session) -> None:
+        """The run's end time on the session, written with the run's last commit (the lease
+        makes this run the session's only writer, so ``session`` is current)."""
         session.time = SessionTime(created=session.time.created, updated=now())
-        await self.p.upsert_session(session)
+        self.state.writer.hold_session(session)
 
     async def _clear_revert(self, session: Session) -> None:
         """Prompt mode: messages hidden by a revert are deleted for good."""

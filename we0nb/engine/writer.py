@@ -24,11 +24,13 @@ go again, first, with the next commit — the one that records the abort or the 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import time
 from typing import Any, Optional, Sequence, Union
 
 from .._ids import now
-from ..messages import AssistantMessage, MessageWithParts, Part, PartTime, ReasoningPart, TextPart
+from ..messages import MessageWithParts, Part, PartTime, ReasoningPart, Session, TextPart
 from ..models.view import dump_view
 from ..persistence.base import Batch, Lease, MessageInfo, Persistence
 from .history import convert
@@ -55,6 +57,9 @@ class Writer:
         self._held_events: list[dict[str, Any]] = []
         #: the writes of a commit that failed or was cancelled: they go first with the next one
         self._unsent: list[Batch] = []
+        #: the session's row, held for the next commit (a new session; the run's end time)
+        self._session: Optional[Session] = None
+        self._session_in_commit = _takes_session(type(persistence))
 
     # ------------------------------------------------------------------ commits
 
@@ -88,14 +93,29 @@ class Writer:
         if message is not None or parts:
             writes.append((message, parts, self.view_of(final) if final is not None else None))
         writes.extend(then)
-        if writes:
+        session, self._session = self._session, None
+        if writes or session is not None:
             try:
-                await self.p.commit(writes, lease=self.lease)
+                await self._commit(writes, session)
             except (Exception, asyncio.CancelledError):
                 # (an interrupt or exit inside the store is the process going down: no retry)
                 if not self.lost:  # (live objects: the retry writes them as they are by then)
-                    self._unsent = writes
+                    self._unsent, self._session = writes, session
                 raise
+
+    async def _commit(self, writes: list[Batch], session: Optional[Session]) -> None:
+        if session is None:
+            await self.p.commit(writes, lease=self.lease)
+        elif self._session_in_commit:
+            await self.p.commit(writes, lease=self.lease, session=session)
+        else:  # a store whose commit predates ``session=``: the row first, on its own
+            await self.p.upsert_session(session)
+            if writes:
+                await self.p.commit(writes, lease=self.lease)
+
+    def hold_session(self, session: Session) -> None:
+        """Write the session's row with the next commit (the run holds its lease: no other writer)."""
+        self._session = session
 
     def hold(self, message: Optional[MessageInfo], parts: Sequence[Part], final: Optional[MessageWithParts],
              events: Sequence[dict[str, Any]] = ()) -> None:
@@ -115,7 +135,7 @@ class Writer:
 
     async def commit_held(self) -> list[dict[str, Any]]:
         """Commit the held writes now (the run goes no further); their events."""
-        if self._held:
+        if self._held or self._session is not None:
             await self.write(None)
         return self.take_held_events()
 
@@ -171,3 +191,11 @@ class Writer:
     def lost(self) -> bool:
         """The run lost its lease: nothing more may be written."""
         return self.lease is not None and self.lease.lost
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_session(cls: type) -> bool:
+    """Whether ``cls.commit`` takes ``session=`` (every store of this package does; a store
+    written against the older port may override ``commit`` without it)."""
+    params = inspect.signature(cls.commit).parameters.values()
+    return any(p.name == "session" or p.kind is p.VAR_KEYWORD for p in params)

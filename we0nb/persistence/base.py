@@ -153,7 +153,8 @@ class Persistence(abc.ABC):
         writes.append((message, parts, view))
         await self.commit(writes)
 
-    async def commit(self, writes: Sequence[Batch], *, lease: Optional[Lease] = None) -> None:
+    async def commit(self, writes: Sequence[Batch], *, lease: Optional[Lease] = None,
+                     session: Optional[Session] = None) -> None:
         """Write every ``(message, parts, view)`` of ``writes``, in order, in one transaction.
 
         This is the engine's only write path during a run: each call is one durability
@@ -161,11 +162,15 @@ class Persistence(abc.ABC):
         :attr:`keeps_views` only). With ``lease``, the write is conditional on the lease: the
         transaction first checks (and renews) that ``lease.owner`` still holds the session;
         if another run took it over, nothing is written, ``lease`` is marked lost and
-        :class:`~we0nb.LeaseLostError` is raised. The default here writes one row at a time
-        (a store without transactions); real stores override it.
+        :class:`~we0nb.LeaseLostError` is raised. ``session``: the session's row, written
+        first in the same transaction (a new session with its first messages, the time a run
+        ended with its last ones). The default here writes one row at a time (a store without
+        transactions); real stores override it.
         """
         if lease is not None:
             await self.check_lease(lease)
+        if session is not None:
+            await self.upsert_session(session)
         for message, parts, _view in writes:
             if message is not None:
                 await self.upsert_message(message)

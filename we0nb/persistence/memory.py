@@ -48,6 +48,9 @@ class MemoryPersistence(Persistence):
         return Session.model_validate_json(s) if s is not None else None
 
     async def upsert_session(self, session: Session) -> None:
+        self._put_session(session)
+
+    def _put_session(self, session: Session) -> None:
         self._sessions[session.id] = session.__pydantic_serializer__.to_json(session)
         self._messages.setdefault(session.id, {})
 
@@ -78,14 +81,18 @@ class MemoryPersistence(Persistence):
             )
         stored.parts[part.id] = part.__pydantic_serializer__.to_json(part)
 
-    async def commit(self, writes: Sequence[Batch], *, lease: Optional[Lease] = None) -> None:
+    async def commit(self, writes: Sequence[Batch], *, lease: Optional[Lease] = None,
+                     session: Optional[Session] = None) -> None:
         cls, own = type(self), self.__dict__
         if cls.upsert_message is not _UPSERT_MESSAGE or cls.upsert_part is not _UPSERT_PART \
-                or cls.check_lease is not _CHECK_LEASE or not _OVERRIDABLE.isdisjoint(own):
+                or cls.check_lease is not _CHECK_LEASE or cls.upsert_session is not _UPSERT_SESSION \
+                or not _OVERRIDABLE.isdisjoint(own):
             # a subclass (or this instance) replaced a step: await each, as the port's default does
-            return await self._commit_through_overrides(writes, lease)
+            return await self._commit_through_overrides(writes, lease, session)
         if lease is not None:
             self._check_lease_now(lease)
+        if session is not None:
+            self._put_session(session)
         put_message, put_part = self._put_message, self._put_part
         for message, parts, _view in writes:  # nothing awaits in between: atomic for this process
             if message is not None:
@@ -93,9 +100,12 @@ class MemoryPersistence(Persistence):
             for p in parts:
                 put_part(p)
 
-    async def _commit_through_overrides(self, writes: Sequence[Batch], lease: Optional[Lease]) -> None:
+    async def _commit_through_overrides(self, writes: Sequence[Batch], lease: Optional[Lease],
+                                        session: Optional[Session]) -> None:
         if lease is not None:
             await self.check_lease(lease)
+        if session is not None:
+            await self.upsert_session(session)
         for message, parts, _view in writes:
             if message is not None:
                 await self.upsert_message(message)
@@ -227,7 +237,8 @@ class MemoryPersistence(Persistence):
 _UPSERT_MESSAGE = MemoryPersistence.upsert_message
 _UPSERT_PART = MemoryPersistence.upsert_part
 _CHECK_LEASE = MemoryPersistence.check_lease
-_OVERRIDABLE = frozenset(("upsert_message", "upsert_part", "check_lease"))
+_UPSERT_SESSION = MemoryPersistence.upsert_session
+_OVERRIDABLE = frozenset(("upsert_message", "upsert_part", "check_lease", "upsert_session"))
 
 
 def _info(info: BatchInfo, rows: Sequence[BatchItem]) -> BatchInfo:

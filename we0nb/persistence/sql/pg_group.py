@@ -8,11 +8,11 @@ batch CPU-bound (W7 of ``shared/BENCH.md``).
 
 How: :meth:`GroupCommit.commit` queues the commit and waits. While no send is under way,
 one starts at once with everything queued (so a lone commit waits for nobody); commits that
-arrive during a send go together in the next one. A send is three statements in one simple
-query, which PostgreSQL runs as one transaction: the renewal of every lease of the group
-(``RETURNING`` the sessions whose lease was still held), then every part, then every
-message — each row written only ``WHERE EXISTS`` its run's lease, which the renewal has just
-locked, so the answer cannot change before the commit. A commit whose lease was not renewed
+arrive during a send go together in the next one. A send is up to four statements in one
+simple query, which PostgreSQL runs as one transaction: the renewal of every lease of the
+group (``RETURNING`` the sessions whose lease was still held), then every session row, every
+part and every message — each row written only ``WHERE EXISTS`` its run's lease, which the
+renewal has just locked, so the answer cannot change before the commit. A commit whose lease was not renewed
 wrote nothing (its lease was lost), exactly as on the one-commit path. Parts go before
 messages as there: writing a part drops its message's stored view (a trigger), and the
 message's write then stores the new one. A row written twice in a group keeps the later write.
@@ -43,7 +43,7 @@ __all__ = ["GroupCommit"]
 #: the most entries (commits, single statements) one send carries
 MAX_COMMITS = 256
 #: the statements a grouped commit may hold (their rows are written by one statement each)
-_ROWS = ("upsert_part", "upsert_message")
+_ROWS = ("upsert_session", "upsert_part", "upsert_message")
 
 
 class _Commit:
@@ -146,7 +146,7 @@ class GroupCommit:
         statements = [e for e in group if isinstance(e, _Statement)]
         commits = [e for e in group if isinstance(e, _Commit)]
         leases: list[tuple[Any, ...]] = []
-        rows: dict[str, dict[str, tuple[Any, ...]]] = {"upsert_part": {}, "upsert_message": {}}
+        rows: dict[str, dict[str, tuple[Any, ...]]] = {key: {} for key in _ROWS}
         for c in commits:
             lease = c.guard[1]
             sid, holder = lease["sid"], lease["holder"]
@@ -163,7 +163,7 @@ class GroupCommit:
             text = [_bind(cur, sql[e.key], e.params, standard) for e in statements]
             if commits:
                 text.append(_renew_all(cur, leases, standard))
-                for key, table in rows.items():  # parts first: writing a part drops its message's view
+                for key, table in rows.items():  # (parts before messages: a part drops its message's view)
                     if table:
                         text.append(_upsert_all(cur, key, list(table.values()), standard))
             # several statements in one simple query run as one implicit transaction: an error
@@ -238,7 +238,7 @@ def _renew_all(cur: Any, leases: Sequence[tuple[str, str, float]], standard: boo
 
 
 def _table(key: str) -> Any:
-    return {"upsert_part": S.parts, "upsert_message": S.messages}[key]
+    return {"upsert_session": S.sessions, "upsert_part": S.parts, "upsert_message": S.messages}[key]
 
 
 @functools.lru_cache(maxsize=None)

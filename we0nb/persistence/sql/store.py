@@ -200,10 +200,11 @@ class SqlPersistence(Persistence):
     async def upsert_part(self, part: Part) -> None:
         await self._db.execute("upsert_part", part_row(part))
 
-    async def commit(self, writes: Sequence[Batch], *, lease: Optional[Lease] = None) -> None:
+    async def commit(self, writes: Sequence[Batch], *, lease: Optional[Lease] = None,
+                     session: Optional[Session] = None) -> None:
         """One transaction; with ``lease``, its renewal first — no row changed means another run
         holds the session: nothing is written and :class:`~we0nb.LeaseLostError` is raised."""
-        ops: list[Op] = []
+        ops: list[Op] = [("upsert_session", [session_row(session)])] if session is not None else []
         for message, parts, view in writes:
             if parts:
                 ops.append(("upsert_part", [part_row(p) for p in parts]))
