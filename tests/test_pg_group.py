@@ -56,6 +56,16 @@ async def _texts(p: Any, sid: str) -> list[str]:
     return [part.text for m in tr.messages for part in m.parts]
 
 
+async def _leases_one_lost(pg: Backend, p: Any, n: int, lost_at: int) -> tuple[list[str], list[Any], str]:
+    """``n`` sessions with a lease each (long-lived); the one at ``lost_at`` taken by another host."""
+    p.lease_ttl, p.lease_renew = 600.0, 500.0
+    sids = [new_id("ses") for _ in range(n)]
+    leases = [await p.acquire_lease(sid, f"run_{i}") for i, sid in enumerate(sids)]
+    lost = sids[lost_at]
+    pg.raw(f"UPDATE we0_leases SET owner = 'elsewhere:1:run_x', host = 'elsewhere' WHERE session_id = '{lost}'")
+    return sids, leases, lost
+
+
 def test_a_postgresql_url_takes_the_own_path_and_other_engine_options_sqlalchemys(pg: Backend) -> None:
     assert isinstance(pg.fresh()._db, PgConnections)
     url = pg.fresh().url
@@ -65,11 +75,7 @@ def test_a_postgresql_url_takes_the_own_path_and_other_engine_options_sqlalchemy
 
 async def test_concurrent_commits_go_together_and_each_gets_its_own_outcome(pg: Backend, group_sizes: list) -> None:
     p = pg.fresh()
-    p.lease_ttl, p.lease_renew = 600.0, 500.0
-    sids = [new_id("ses") for _ in range(40)]
-    leases = [await p.acquire_lease(sid, f"run_{i}") for i, sid in enumerate(sids)]
-    lost = sids[7]
-    pg.raw(f"UPDATE we0_leases SET owner = 'elsewhere:1:run_x', host = 'elsewhere' WHERE session_id = '{lost}'")
+    sids, leases, lost = await _leases_one_lost(pg, p, 40, 7)
     writes = [_user(sid, f"body {i}") for i, sid in enumerate(sids)]
     outcomes = await asyncio.gather(*(p.commit([(u, [t], None)], lease=lease)
                                       for (u, t), lease in zip(writes, leases)), return_exceptions=True)
@@ -88,11 +94,7 @@ async def test_concurrent_commits_go_together_and_each_gets_its_own_outcome(pg: 
 
 async def test_session_rows_go_in_the_group_and_only_where_the_lease_is_held(pg: Backend, group_sizes: list) -> None:
     p = pg.fresh()
-    p.lease_ttl, p.lease_renew = 600.0, 500.0
-    sids = [new_id("ses") for _ in range(20)]
-    leases = [await p.acquire_lease(sid, f"run_{i}") for i, sid in enumerate(sids)]
-    lost = sids[3]
-    pg.raw(f"UPDATE we0_leases SET owner = 'elsewhere:1:run_x', host = 'elsewhere' WHERE session_id = '{lost}'")
+    sids, leases, lost = await _leases_one_lost(pg, p, 20, 3)
     sessions = [Session(id=sid, title=f"title {i}", time=SessionTime(created=1.0, updated=2.0 + i))
                 for i, sid in enumerate(sids)]
     writes = [_user(sid, f"body {i}") for i, sid in enumerate(sids)]
