@@ -17,8 +17,9 @@ The writer owns the three things that decide *when* something becomes durable:
 
 Every commit carries the run's lease: a run that lost its session to another one raises
 :class:`~we0nb.LeaseLostError` at its next write and writes nothing more. A commit that
-fails or is cancelled (a slow database, a locked SQLite file, a cancelled task) is not forgotten: its writes
-go again, first, with the next commit — the one that records the abort or the failure.
+fails or is cancelled (a slow database, a locked SQLite file, a cancelled task) is not
+forgotten: its writes go again, first, with the next commit — the one that records the
+abort or the failure.
 """
 
 from __future__ import annotations
