@@ -63,6 +63,29 @@ async def test_event_parts_are_snapshots():
     assert tool_events == ["pending", "running", "completed"]
 
 
+async def test_a_run_without_copies_carries_the_live_parts_and_writes_the_same():
+    """``Run(copies=False)`` (a batch item's run: it reads each event once) skips the copies;
+    the events' kinds and what is stored stay the same as with them."""
+    from we0nb.engine.run import Run
+
+    async def run(copies: bool):
+        p = MemoryPersistence()
+        agent = We0Agent(ScriptedModel([[tool_call("read", {"path": "a"})], [text("x")]]), tools=make_tools(Log()),
+                         persistence=p)
+        r = Run(agent, agent.build_request(session_id=SID, messages=[user_message("q")]), structured=False,
+                copies=copies)
+        events = [e async for e in r.events()]
+        stored = [(m.info.role, [(q.type, getattr(q, "text", None), getattr(getattr(q, "state", None), "status", None))
+                                 for q in m.parts]) for m in (await p.load_transcript(SID)).messages]
+        return events, stored
+
+    copied, stored_a = await run(True)
+    live, stored_b = await run(False)
+    assert [e["type"] for e in copied] == [e["type"] for e in live] and stored_a == stored_b
+    parts = [e["part"] for e in live if e["type"] == "tool"]
+    assert len(parts) == 3 and len({id(q) for q in parts}) == 1 and parts[0].state.status == "completed"
+
+
 async def test_write_ahead_running_is_persisted_before_the_tool_body():
     p = MemoryPersistence()
     seen = []

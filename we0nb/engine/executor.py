@@ -88,7 +88,7 @@ class ToolExecutor:
                     state.writer.mark(tp)
                 else:
                     await state.writer.write(None, tp)
-                    yield {"type": "tool", "part": snapshot(tp)}
+                    yield {"type": "tool", "part": state.snap(tp)}
                 continue
             async for ev in self.execute(tp, recalled=False, defer_final=last):
                 yield ev
@@ -128,14 +128,14 @@ class ToolExecutor:
             else:
                 tp.state = ToolStateRunning(input=dict(tp.state.input), time=ToolTime(start=now()))
                 await state.writer.write(None, tp)           # write-ahead: durable before the tool runs
-                yield {"type": "tool", "part": snapshot(tp)}
+                yield {"type": "tool", "part": state.snap(tp)}
                 state.scope.check()
                 tp.state = await self._run(definition, kwargs, tp.state, meta)
         if defer_final:
             state.writer.mark(tp)
             return
         await state.writer.write(None, tp)
-        yield {"type": "tool", "part": snapshot(tp)}
+        yield {"type": "tool", "part": state.snap(tp)}
 
     async def _run(self, definition: Any, kwargs: dict[str, Any], running: ToolStateRunning,
                    meta: dict[str, Any]) -> Any:

@@ -137,7 +137,7 @@ class StepProcessor:
         if cls is ToolCallEvent:
             out = await self._close_open()
             tp = self._tool_call(ev)
-            out.append({"type": "tool", "part": snapshot(tp)})
+            out.append({"type": "tool", "part": self.state.snap(tp)})
             if tp.approval == "requested":
                 # durability point: the request is stored before anything else happens
                 await self.state.writer.write(None, tp)
@@ -162,7 +162,7 @@ class StepProcessor:
         self.msg.parts.append(part)
         state.writer.open_part(part)
         state.writer.mark(part)  # (written with the first flush, at the latest ``flush_interval`` on)
-        out.append({"type": f"{kind}-start", "part": snapshot(part)})
+        out.append({"type": f"{kind}-start", "part": state.snap(part)})
         return out
 
     async def _reasoning_end(self, ev: ReasoningEnd) -> list[dict[str, Any]]:
@@ -190,14 +190,14 @@ class StepProcessor:
         writer = self.state.writer
         closed = writer.close_open(tail=self.joiner.flush())
         if closed is not None:
-            writer.hold(None, (closed,), None, [{"type": f"{closed.type}-end", "part": snapshot(closed)}])
+            writer.hold(None, (closed,), None, [{"type": f"{closed.type}-end", "part": self.state.snap(closed)}])
 
     async def _close_open(self) -> list[dict[str, Any]]:
         writer = self.state.writer
         if writer.open is None:
             return []
         closed = await writer.flush_open(close=True, tail=self.joiner.flush())
-        return [{"type": f"{closed.type}-end", "part": snapshot(closed)}]  # type: ignore[union-attr]
+        return [{"type": f"{closed.type}-end", "part": self.state.snap(closed)}]  # type: ignore[union-attr]
 
     def _tool_call(self, ev: ToolCallEvent) -> ToolPart:
         """A pending call: not a durability point, it goes with the next commit."""

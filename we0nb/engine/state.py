@@ -7,7 +7,7 @@ object — the run's small interface — and never through each other's attribut
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Protocol
+from typing import Any, Callable, Mapping, Optional, Protocol
 
 from .._ids import IdSequence, now
 from ..messages import MessageTime, MessageWithParts, PartTime, TextPart, Usage, UserMessage, snapshot
@@ -60,6 +60,9 @@ class RunState:
     usage: Usage = field(default_factory=Usage)
     output: Any = None
     has_output: bool = False
+    #: what a stream event carries of a part or message: a copy (safe to keep, the public
+    #: contract), or the live object for a consumer of this package that reads it at once
+    snap: Callable[[Any], Any] = snapshot
     _parent: Optional[str] = None
 
     @property
@@ -141,7 +144,7 @@ class RunState:
         """A prompt's user message, held for the next commit (its first step's start); its
         event waits for that commit."""
         m = self.user_message(text)
-        self.writer.hold(m.info, m.parts, m, [{"type": "user-message", "message": snapshot(m.info), "text": m.text}])
+        self.writer.hold(m.info, m.parts, m, [{"type": "user-message", "message": self.snap(m.info), "text": m.text}])
         self.add_user_message(m)
         return m
 
