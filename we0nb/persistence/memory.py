@@ -87,8 +87,8 @@ class MemoryPersistence(Persistence):
         if cls.upsert_message is not _UPSERT_MESSAGE or cls.upsert_part is not _UPSERT_PART \
                 or cls.check_lease is not _CHECK_LEASE or cls.upsert_session is not _UPSERT_SESSION \
                 or not _OVERRIDABLE.isdisjoint(own):
-            # a subclass (or this instance) replaced a step: await each, as the port's default does
-            return await self._commit_through_overrides(writes, lease, session)
+            # a subclass (or this instance) replaced a step: await each, through the port's default
+            return await Persistence.commit(self, writes, lease=lease, session=session)
         if lease is not None:
             self._check_lease_now(lease)
         if session is not None:
@@ -99,18 +99,6 @@ class MemoryPersistence(Persistence):
                 put_message(message)
             for p in parts:
                 put_part(p)
-
-    async def _commit_through_overrides(self, writes: Sequence[Batch], lease: Optional[Lease],
-                                        session: Optional[Session]) -> None:
-        if lease is not None:
-            await self.check_lease(lease)
-        if session is not None:
-            await self.upsert_session(session)
-        for message, parts, _view in writes:
-            if message is not None:
-                await self.upsert_message(message)
-            for p in parts:
-                await self.upsert_part(p)
 
     async def check_lease(self, lease: Lease) -> None:
         self._check_lease_now(lease)
