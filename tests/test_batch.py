@@ -433,6 +433,45 @@ def test_a_schema_3_database_gains_the_batch_tables_in_place(tmp_path) -> None:
     conn.close()
 
 
+def test_a_schema_5_database_gains_the_claim_index_in_item_order(tmp_path) -> None:
+    """Schema 6: a claim reads the next queued items in item order from an index (5 sorted
+    every queued item on each claim); an older database gets the index in place."""
+    import sqlite3
+
+    from we0nb.persistence.sql import tables as S
+    from we0nb.persistence.sql.statements import statements
+
+    db = tmp_path / "v5.db"
+
+    async def run(names: list[str]) -> BatchResult:
+        p = SqlPersistence(f"sqlite:///{db}")
+        try:
+            return await make_agent(p, Ledger(tmp_path / "l.jsonl"), steps=0).batch(names, name="b", progress=False)
+        finally:
+            await p.close()
+
+    assert asyncio.run(run(["a", "b"])).counts == {"stop": 2}
+    conn = sqlite3.connect(db)
+    conn.execute("DROP INDEX ix_we0_batch_items_next")  # what schema 5 had
+    conn.execute("CREATE INDEX ix_we0_batch_items_claim ON we0_batch_items (batch, queued, expires)")
+    conn.execute("UPDATE we0_meta SET value = '5' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+
+    assert asyncio.run(run(["a", "b"])).counts == {"stop": 2}  # opens, upgrades, continues
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT value FROM we0_meta WHERE key = 'schema_version'").fetchone() == (
+            str(S.SCHEMA_VERSION),)
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert "ix_we0_batch_items_next" in names and "ix_we0_batch_items_claim" not in names
+        plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + statements("sqlite")["batch_claim"], {
+            "b": "b", "owner": "o", "host": "h", "pid": 1, "n": 1, "now": 1.0, "expires": 2.0}))
+        assert "ix_we0_batch_items_next" in plan and "TEMP B-TREE" not in plan, plan
+    finally:
+        conn.close()
+
+
 async def test_structured_output_is_stored_as_json(store) -> None:
     import json
 

@@ -12,7 +12,8 @@ once never race. Two small adapters give the routine a connection: :class:`Sqlit
 Versions: 1 the first tables; 2 the model-view cache (column, triggers) and a partial tool
 index; 3 session-id columns widened from 64 to :data:`~.tables.SESSION_ID_MAX` characters;
 4 the batch tables (``we0_batches``, ``we0_batch_items``); 5 PostgreSQL's part trigger runs a
-static statement (planned once per connection) instead of dynamic SQL planned at every row.
+static statement (planned once per connection) instead of dynamic SQL planned at every row;
+6 the claim index in item order (a claim reads the next items instead of sorting the queue).
 """
 
 from __future__ import annotations
@@ -141,8 +142,7 @@ def upgrade(version: int, dialect: str) -> list[str]:
         out.append("ALTER TABLE we0_messages ADD COLUMN model_view TEXT")
         out.extend(triggers(dialect))
         out.append("DROP INDEX IF EXISTS ix_we0_parts_tool")
-        tool_index = next(i for i in S.parts.indexes if i.name == "ix_we0_parts_tool")
-        out.append(str(CreateIndex(tool_index).compile(dialect=d)))
+        out.append(str(CreateIndex(_index(S.parts, "ix_we0_parts_tool")).compile(dialect=d)))
     if version < 3 and dialect == "postgresql":  # 2 → 3: session ids up to SESSION_ID_MAX characters
         for table, name in _SESSION_ID_COLUMNS:
             out.append(f"ALTER TABLE {table.name} ALTER COLUMN {name} TYPE {table.c[name].type.compile(dialect=d)}")
@@ -152,7 +152,15 @@ def upgrade(version: int, dialect: str) -> list[str]:
             out.extend(str(CreateIndex(i, if_not_exists=True).compile(dialect=d)) for i in table.indexes)
     if 2 <= version < 5 and dialect == "postgresql":  # 4 → 5: the part trigger's static statement
         out.extend(triggers(dialect))
+    if 4 <= version < 6:  # 5 → 6: the claim index in item order (4 created the old one above)
+        out.append("DROP INDEX IF EXISTS ix_we0_batch_items_claim")
+        out.append(str(CreateIndex(_index(S.batch_items, "ix_we0_batch_items_next"), if_not_exists=True)
+                       .compile(dialect=d)))
     return out
+
+
+def _index(table: Any, name: str) -> Any:
+    return next(i for i in table.indexes if i.name == name)
 
 
 # --------------------------------------------------------------------------- adapters
