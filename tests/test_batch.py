@@ -294,6 +294,29 @@ async def test_claims_never_hand_out_one_item_twice(store) -> None:
     assert await store.renew_batch_claims("c", "h:1:w0", t + 120) == len(got[0])
 
 
+async def test_end_and_claim_records_the_end_and_claims_the_next(store) -> None:
+    """A slot turning over (one call: on SQLite one transaction, on PostgreSQL one round trip)."""
+    from we0nb.persistence.batches import NewItem
+
+    await store.open_batch("turn", [NewItem(prompt=f'["q{i}"]', session_id=f"t{i}") for i in range(4)],
+                           session_ids_given=True, now=time.time())
+    t = time.time()
+    (first,) = await store.claim_batch_items("turn", "h:1:w", 1, now=t, expires=t + 60)
+    ended, nxt = await store.end_and_claim("turn", first.item, "h:1:w", ItemEnd(status="stop", finished=t, attempts=1,
+                                           text="done"), claim=1, now=t, expires=t + 60)
+    assert ended and [it.item for it in nxt] == [1] and nxt[0].status == "running" and nxt[0].owner == "h:1:w"
+    # an end this worker no longer holds is not written; the claim still is
+    ended, nxt = await store.end_and_claim("turn", first.item, "h:1:w", ItemEnd(status="failed"), claim=2,
+                                           now=t, expires=t + 60)
+    assert not ended and [it.item for it in nxt] == [2, 3]
+    ended, nxt = await store.end_and_claim("turn", 1, "h:1:w", ItemEnd(status="stop", finished=t, attempts=1),
+                                           claim=0, now=t, expires=t + 60)
+    assert ended and nxt == []
+    by_item = {it.item: it for it in await store.batch_items("turn")}
+    assert [by_item[i].status for i in range(4)] == ["stop", "stop", "running", "running"]
+    assert by_item[0].text == "done"
+
+
 async def test_frames_and_list_batches(store, ledger) -> None:
     agent = make_agent(store, ledger, fail=lambda p: p == "p2")
     await agent.batch(prompts(4), name="one", progress=False)

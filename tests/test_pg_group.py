@@ -339,3 +339,34 @@ async def test_making_the_schema_leaves_no_idle_connection_of_the_synchronous_en
     from we0nb.notebook import sessions_df
 
     assert len(sessions_df(p)) == 0
+
+
+async def test_one_workers_claims_at_once_are_one_claim_shared_out(pg: Backend, group_sizes: list,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's slots turning over at once claim one item each: the group sends one claim of
+    their total, and each gets its own items — none twice, none lost."""
+    import time
+
+    from we0nb.persistence.batches import NewItem
+
+    merged: list[int] = []
+    merge = pg_group._merge_claims
+
+    def recording(statements: list) -> Any:
+        sent, shares = merge(statements)
+        merged.extend(len(members) for _, members in shares)
+        return sent, shares
+
+    monkeypatch.setattr(pg_group, "_merge_claims", recording)
+    p = pg.fresh()
+    items = [NewItem(prompt=f'["q{i}"]', session_id=new_id("ses")) for i in range(10)]
+    await p.open_batch("shared", items, session_ids_given=False, now=time.time())
+    t = time.time()
+    wants = [1, 2, 1, 1]
+    got = await asyncio.gather(*(p.claim_batch_items("shared", "h:1:wrk_a", n, now=t, expires=t + 60) for n in wants))
+    got_b = await p.claim_batch_items("shared", "h:1:wrk_b", 10, now=t, expires=t + 60)  # another worker: the rest
+    assert [len(g) for g in got] == wants
+    assert merged and max(merged) > 1  # (the first may go alone, while no send is under way)
+    mine = sorted(it.item for g in got for it in g)
+    assert mine == list(range(5)) and sorted(it.item for it in got_b) == list(range(5, 10))
+    assert {it.owner for g in got for it in g} == {"h:1:wrk_a"}

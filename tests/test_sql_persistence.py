@@ -453,6 +453,35 @@ async def test_lease_is_renewed_while_the_run_goes_on(sql: Backend) -> None:
     assert sql.raw(f"SELECT count(*) FROM we0_leases WHERE session_id = '{sid}'")[0][0] == 0
 
 
+async def test_the_leases_of_one_store_share_one_heartbeat_task(sql: Backend) -> None:
+    """A batch holds a hundred leases at once: one task renews them all, and it stops with the last."""
+    p = sql.fresh()
+    p.lease_ttl, p.lease_renew = 30.0, 0.05
+    assert sql.raw is not None
+    before = len(asyncio.all_tasks())
+    sids = [new_id("ses") for _ in range(3)]
+    leases = [await p.acquire_lease(sid, f"run_{i}") for i, sid in enumerate(sids)]
+    assert len(asyncio.all_tasks()) == before + 1 and len(p._heartbeats) == 1
+
+    def expires() -> list[float]:
+        return [sql.raw(f"SELECT expires FROM we0_leases WHERE session_id = '{sid}'")[0][0]  # type: ignore[misc]
+                for sid in sids]
+
+    first = expires()
+    for _ in range(1000):  # a bounded wait (up to ~10 s) for a renewal of each
+        await asyncio.sleep(0.01)
+        if all(b > a for a, b in zip(first, expires())):
+            break
+    assert all(b > a for a, b in zip(first, expires()))
+    await leases[0].release()
+    assert len(p._heartbeats) == 1  # two left
+    for lease in leases[1:]:
+        await lease.release()
+    await asyncio.sleep(0)  # (the cancelled task ends)
+    assert not p._heartbeats and len(asyncio.all_tasks()) == before
+    assert not any(lease.lost for lease in leases)
+
+
 async def test_every_write_is_committed_at_once(sql: Backend) -> None:
     """No flush needed: another connection sees each write as soon as it returns."""
     p = sql.fresh()

@@ -229,6 +229,14 @@ class Persistence(abc.ABC):
         ``owner`` no longer holds it (its claim lapsed and another worker took it)."""
         raise self._no_batches()
 
+    async def end_and_claim(self, name: str, item: int, owner: str, end: ItemEnd, *, claim: int, now: float,
+                            expires: float) -> tuple[bool, list[BatchItem]]:
+        """A worker's slot turning over: :meth:`end_batch_item`, then :meth:`claim_batch_items`
+        of up to ``claim`` items (none for 0). A store that can send both at once overrides it."""
+        ended = await self.end_batch_item(name, item, owner, end)
+        items = await self.claim_batch_items(name, owner, claim, now=now, expires=expires) if claim else []
+        return ended, items
+
     async def requeue_batch_items(self, name: str, items: Sequence[int]) -> int:
         """Queue ended items to run again (failed ones for a retry, decided approvals); running
         items are left alone. Returns how many were queued."""

@@ -8,15 +8,17 @@ wait on each other. Ending, renewing and freeing a claim are conditional on its 
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any, Optional, Sequence
 
 from ..batches import BatchInfo, BatchItem, ItemEnd, NewItem, check_same_prompts, fingerprint
 from .lease import pid_alive
+from .pg import PgConnections
 from .tables import cut
 from .statements import END_COLUMNS
 
-__all__ = ["open_batch", "claim", "renew", "end", "requeue", "free_dead", "items", "infos"]
+__all__ = ["open_batch", "claim", "renew", "end", "end_and_claim", "requeue", "free_dead", "items", "infos"]
 
 
 def item_from_row(row: Any) -> BatchItem:
@@ -48,9 +50,16 @@ async def open_batch(store: Any, name: str, new: Sequence[NewItem], session_ids_
 
 
 async def claim(store: Any, name: str, owner: str, n: int, now: float, expires: float) -> list[BatchItem]:
+    return _claimed(await store._db.fetchall("batch_claim", _claim_params(store, name, owner, n, now, expires)))
+
+
+def _claim_params(store: Any, name: str, owner: str, n: int, now: float, expires: float) -> dict[str, Any]:
     host, pid = owner_process(owner, store._host)
-    params = {"b": name, "owner": owner[:256], "host": host, "pid": pid, "n": n, "now": now, "expires": expires}
-    got = [item_from_row(r) for r in await store._db.fetchall("batch_claim", params)]
+    return {"b": name, "owner": owner[:256], "host": host, "pid": pid, "n": n, "now": now, "expires": expires}
+
+
+def _claimed(rows: list[Any]) -> list[BatchItem]:
+    got = [item_from_row(r) for r in rows]
     got.sort(key=lambda it: it.item)
     return got
 
@@ -68,11 +77,32 @@ async def renew(store: Any, name: str, owner: str, expires: float) -> int:
 
 
 async def end(store: Any, name: str, item: int, owner: str, e: ItemEnd) -> bool:
+    return await store._db.execute("batch_end", _end_params(name, item, owner, e)) == 1
+
+
+def _end_params(name: str, item: int, owner: str, e: ItemEnd) -> dict[str, Any]:
     params = {k: getattr(e, k) for k in END_COLUMNS if k != "expires"}
     for k in ("text", "output", "error"):  # flattened text columns: NUL-safe (see tables.cut)
         params[k] = cut(params[k])
     params.update(b=name, item=item, holder=owner[:256], run_time=e.run_time, expires=e.not_before)
-    return await store._db.execute("batch_end", params) == 1
+    return params
+
+
+async def end_and_claim(store: Any, name: str, item: int, owner: str, e: ItemEnd, n: int, now: float,
+                        expires: float) -> tuple[bool, list[BatchItem]]:
+    """An end and a claim of up to ``n`` items: on SQLite in one transaction (one commit, not two),
+    on PostgreSQL sent at once (one round trip; a worker's claims of one moment are merged there)."""
+    end_params, claim_params = _end_params(name, item, owner, e), _claim_params(store, name, owner, n, now, expires)
+    if store._inline is not None:
+        ended, rows = await store._inline.statements([("batch_end", end_params, False),
+                                                      ("batch_claim", claim_params, True)])
+    elif store.dialect == "postgresql" and isinstance(store._db, PgConnections):
+        ended, rows = await asyncio.gather(store._db.execute("batch_end", end_params),
+                                           store._db.fetchall("batch_claim", claim_params))
+    else:
+        ended = await store._db.execute("batch_end", end_params)
+        rows = await store._db.fetchall("batch_claim", claim_params)
+    return ended == 1, _claimed(rows)
 
 
 async def requeue(store: Any, name: str, which: Sequence[int]) -> int:

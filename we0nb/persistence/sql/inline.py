@@ -60,6 +60,14 @@ def sqlite_pragmas(dbapi_conn: Any, synchronous: str, busy_ms: int) -> None:
         cur.close()
 
 
+def _run_ops(conn: sqlite3.Connection, ops: Sequence[Op]) -> None:
+    for key, params in ops:
+        if isinstance(params, list):
+            conn.executemany(_SQL[key], params)
+        else:
+            conn.execute(_SQL[key], params)
+
+
 class InlineSqlite:
     """The :class:`~.statements` run on one ``sqlite3`` connection (opened lazily)."""
 
@@ -93,7 +101,20 @@ class InlineSqlite:
         else nothing is written and the result is False."""
         return await self._retry(self._transaction, ops, guard)
 
-    commit = transaction  # a run's commit (PostgreSQL's path groups them: pg_group.py)
+    commit = transaction  # a run's commit (alone; runs that write at once go through sqlite_group.py)
+
+    async def together(self, commits: Sequence[tuple[Sequence[Op], Optional[Op]]]) -> list[bool]:
+        """Several ``(ops, guard)`` commits in one transaction: for each, whether it was written
+        (its guard changed one row). An error writes none of them."""
+        return await self._retry(self._together, commits)
+
+    async def statements(self, queries: Sequence[tuple[str, dict[str, Any], bool]]) -> list[Any]:
+        """``(key, params, rows)`` statements in one transaction: each one's rows (``rows``) or row count."""
+        return await self._retry(self._statements, queries)
+
+    def together_now(self, commits: Sequence[tuple[Sequence[Op], Optional[Op]]]) -> list[bool]:
+        """:meth:`together` at once; raises :class:`Busy` when the database is locked."""
+        return self._call(self._together, commits)
 
     def fetch_now(self, queries: Sequence[Op]) -> Optional[list[list[Any]]]:
         """Several reads at once, synchronously; None when the database is locked (use the async path)."""
@@ -166,11 +187,7 @@ class InlineSqlite:
             if guard is not None and conn.execute(_SQL[guard[0]], guard[1]).rowcount != 1:
                 conn.execute("ROLLBACK")
                 return False
-            for key, params in ops:
-                if isinstance(params, list):
-                    conn.executemany(_SQL[key], params)
-                else:
-                    conn.execute(_SQL[key], params)
+            _run_ops(conn, ops)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -178,6 +195,38 @@ class InlineSqlite:
             raise
         self._committed()
         return True
+
+    def _statements(self, conn: sqlite3.Connection, queries: Sequence[tuple[str, dict[str, Any], bool]]) -> list[Any]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            out = []
+            for key, params, rows in queries:
+                cur = conn.execute(_SQL[key], params)
+                out.append(cur.fetchall() if rows else cur.rowcount)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._committed()
+        return out
+
+    def _together(self, conn: sqlite3.Connection, commits: Sequence[tuple[Sequence[Op], Optional[Op]]]) -> list[bool]:
+        out = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for ops, guard in commits:
+                ok = guard is None or conn.execute(_SQL[guard[0]], guard[1]).rowcount == 1
+                if ok:
+                    _run_ops(conn, ops)
+                out.append(ok)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._committed()
+        return out
 
     # ------------------------------------------------------------------ opening
 

@@ -3,7 +3,8 @@
 Acquiring is an atomic insert-if-absent, or a compare-and-swap on the row that was seen
 (so two processes cannot both win); a lease whose owner is on this host with a PID that
 is no longer alive is taken over at once, any other only after it expires. A heartbeat
-task renews it every ``lease_renew`` seconds; when a renewal finds another owner, the
+renews it every ``lease_renew`` seconds — one task per store and event loop for all the
+leases held there (a batch holds a hundred at once) —; when a renewal finds another owner, the
 lease is marked lost (:meth:`~we0nb.persistence.base.Lease.mark_lost`). Every conditional
 commit renews it too, in its own transaction (:func:`renewal`), so a run that lost its
 lease writes nothing more.
@@ -21,7 +22,7 @@ from ...errors import PersistenceError, SessionBusyError
 from ..base import Lease, lease_owner
 from .inline import Op
 
-__all__ = ["acquire", "release", "renewal", "holder", "check", "pid_alive", "LIVE_OWNERS"]
+__all__ = ["acquire", "release", "renewal", "holder", "check", "held_here", "pid_alive", "LIVE_OWNERS"]
 
 log = logging.getLogger("we0nb.persistence.sql")
 
@@ -97,7 +98,7 @@ async def acquire(store: Any, session_id: str, run_id: str) -> Lease:
         raise SessionBusyError(session_id, None)
     lease = Lease(session_id=session_id, run_id=run_id, owner=owner, persistence=store)
     LIVE_OWNERS.add(owner)
-    store._heartbeats[(session_id, owner)] = asyncio.ensure_future(_heartbeat(store, lease))
+    _Heartbeat.of(store).leases[(session_id, owner)] = lease
     return lease
 
 
@@ -111,31 +112,73 @@ def _owner_gone(old_owner: str, old_host: str, old_pid: int, host: str) -> bool:
     return not pid_alive(old_pid)
 
 
-async def _heartbeat(store: Any, lease: Lease) -> None:
-    """Renew the lease every ``lease_renew`` seconds until released, or until another run has it."""
-    while True:
-        await asyncio.sleep(store.lease_renew)
-        key, params = renewal(store, lease)
-        try:
-            n = await store._db.execute(key, params)
-            if n == 0:
-                taken_by = await holder(store, lease.session_id)
-        except PersistenceError as e:  # a busy or unreachable database: try again at the next tick
-            log.warning("could not renew the lease of session %r: %s", lease.session_id, e)
-            continue
+class _Heartbeat:
+    """The renewal of every lease a store holds on one event loop, in one task: started with
+    the loop's first lease, stopped with its last (``store._heartbeats``: loop → heartbeat)."""
+
+    __slots__ = ("leases", "task")
+
+    def __init__(self, store: Any) -> None:
+        self.leases: dict[tuple[str, str], Lease] = {}  # (session id, owner) → lease
+        self.task = asyncio.ensure_future(self._run(store))
+
+    @staticmethod
+    def of(store: Any) -> "_Heartbeat":
+        loop = asyncio.get_running_loop()
+        beats: dict[Any, _Heartbeat] = store._heartbeats
+        hb = beats.get(loop)
+        if hb is None or hb.task.done():
+            for gone in [lp for lp in beats if lp.is_closed()]:  # left by a loop closed mid-run
+                del beats[gone]
+            old, hb = hb, _Heartbeat(store)
+            if old is not None:
+                hb.leases.update(old.leases)
+            beats[loop] = hb
+        return hb
+
+    async def _run(self, store: Any) -> None:
+        while self.leases:
+            await asyncio.sleep(store.lease_renew)
+            for key, lease in list(self.leases.items()):
+                if self.leases.get(key) is lease and not await _renew(store, lease):
+                    self.leases.pop(key, None)
+        if store._heartbeats.get(asyncio.get_running_loop()) is self:  # every lease here was lost
+            del store._heartbeats[asyncio.get_running_loop()]
+
+
+def held_here(store: Any) -> int:
+    """How many leases the store holds for runs on the running event loop."""
+    hb = store._heartbeats.get(asyncio.get_running_loop())
+    return len(hb.leases) if hb is not None else 0
+
+
+async def _renew(store: Any, lease: Lease) -> bool:
+    """Renew one lease; False when another run holds it now (the lease is then marked lost)."""
+    key, params = renewal(store, lease)
+    try:
+        n = await store._db.execute(key, params)
         if n == 0:
-            lease.mark_lost(taken_by)
-            log.warning("the lease of session %r (%s) was taken over by %s", lease.session_id, lease.owner,
-                        taken_by or "nobody (it was released)")
-            return
+            taken_by = await holder(store, lease.session_id)
+    except PersistenceError as e:  # a busy or unreachable database: try again at the next tick
+        log.warning("could not renew the lease of session %r: %s", lease.session_id, e)
+        return True
+    if n == 0:
+        lease.mark_lost(taken_by)
+        log.warning("the lease of session %r (%s) was taken over by %s", lease.session_id, lease.owner,
+                    taken_by or "nobody (it was released)")
+        return False
+    return True
 
 
 async def release(store: Any, lease: Lease) -> None:
     LIVE_OWNERS.discard(lease.owner)
-    task = store._heartbeats.pop((lease.session_id, lease.owner), None)
-    if task is not None and not task.done():
-        try:
-            task.cancel()
-        except RuntimeError:  # its event loop is closed: the task is gone with it
-            pass
+    key = (lease.session_id, lease.owner)
+    for loop, hb in list(store._heartbeats.items()):
+        if hb.leases.pop(key, None) is not None and not hb.leases:  # the loop's last lease
+            del store._heartbeats[loop]
+            if not hb.task.done():
+                try:
+                    hb.task.cancel()
+                except RuntimeError:  # its event loop is closed: the task is gone with it
+                    pass
     await store._db.execute("lease_release", {"sid": lease.session_id, "holder": lease.owner})

@@ -157,10 +157,11 @@ class GroupCommit:
                     table.pop(row["id"], None)  # a later write of the same row wins (and goes last)
                     table[row["id"]] = (sid, holder, *[row[n] for n in names])
         sql = self.conns.sql
+        sent, shares = _merge_claims(statements)
         async with self.conns.lend() as conn:
             cur = AsyncClientCursor(conn)
             standard = conn.info.parameter_status("standard_conforming_strings") == "on"
-            text = [_bind(cur, sql[e.key], e.params, standard) for e in statements]
+            text = [_bind(cur, sql[e.key], e.params, standard) for e in sent]
             if commits:
                 text.append(_renew_all(cur, leases, standard))
                 for key, table in rows.items():  # (parts before messages: a part drops its message's view)
@@ -170,9 +171,14 @@ class GroupCommit:
             # rolls all of them back, and the connection is left idle
             await cur.execute(";\n".join(text))
             out: dict[int, Any] = {}
-            for e in statements:
+            for e in sent:
                 out[id(e)] = await cur.fetchall() if e.rows else cur.rowcount
                 cur.nextset()
+            for e, members in shares:  # the merged claim's rows, shared out in the claimers' order
+                got = out[id(e)]
+                for m in members:
+                    k = m.params["n"]
+                    out[id(m)], got = got[:k], got[k:]
             if commits:
                 renewed = {r[0] for r in await cur.fetchall()}
                 while cur.nextset():
@@ -180,6 +186,31 @@ class GroupCommit:
                 for c in commits:
                     out[id(c)] = c.guard[1]["sid"] in renewed
         return [out[id(e)] for e in group]
+
+
+def _merge_claims(statements: list[_Statement]) -> tuple[list[_Statement], list[tuple[_Statement, list[_Statement]]]]:
+    """The statements to send: the claims of one worker on one batch (its slots turning over
+    at once) as one claim of their total, which the server scans for once. Returns the
+    statements and, per merged claim, ``(claim sent, the claims it stands for)``."""
+    sent: list[_Statement] = []
+    by_worker: dict[tuple[Any, ...], list[_Statement]] = {}
+    for e in statements:
+        if e.key == "batch_claim":
+            p = e.params
+            members = by_worker.setdefault((p["b"], p["owner"], p["host"], p["pid"]), [])
+            members.append(e)
+            if len(members) > 1:
+                continue
+        sent.append(e)
+    shares = []
+    for members in by_worker.values():
+        if len(members) > 1:
+            first = members[0]
+            merged = _Statement(first.key, dict(first.params, n=sum(m.params["n"] for m in members)), True,
+                                first.done)
+            sent[sent.index(first)] = merged
+            shares.append((merged, members))
+    return sent, shares
 
 
 # --------------------------------------------------------------------------- the statements

@@ -12,6 +12,7 @@ The package, one concern per module:
 * ``inline.py`` — SQLite on one ``sqlite3`` connection on the calling thread (the default);
 * ``pg.py`` — PostgreSQL on psycopg 3's own async connections (the default for a PostgreSQL URL);
 * ``pg_group.py`` — PostgreSQL's group commit: what many runs send at once, in one round trip;
+* ``sqlite_group.py`` — SQLite's group commit: what many runs commit in one pass of the loop, in one transaction;
 * ``engine.py`` — SQLAlchemy asyncio engines (an engine passed in, aiosqlite, PostgreSQL with other
   ``engine_options``);
 * ``loops.py`` — a loop's connections closed on that loop when it shuts down;
@@ -55,6 +56,7 @@ from .errors import driver_errors, wrap
 from .inline import InlineSqlite, Op
 from .pg import NATIVE_OPTIONS, PgConnections
 from .records import build_messages, gc_paused, session_from_row
+from .sqlite_group import SqliteGroup
 from .statements import message_row, part_row, session_row
 
 __all__ = ["SqlPersistence"]
@@ -125,12 +127,14 @@ class SqlPersistence(Persistence):
         self._sync_engine_ready = False
         self._sync_lock = threading.Lock()
         self._installed: "weakref.WeakSet[Any]" = weakref.WeakSet()
-        self._heartbeats: dict[tuple[str, str], Any] = {}
+        self._heartbeats: dict[Any, Any] = {}  # event loop → lease.py's heartbeat of its leases
         self._host = socket.gethostname()[:128]
         self._inline: Optional[InlineSqlite] = None
+        self._group: Optional[SqliteGroup] = None
         if backend == "sqlite" and inline_sqlite and user_engine is None:
             database, uri = _sqlite_target(url)
             self._inline = InlineSqlite(database, uri, self.synchronous, self.busy_timeout, self._where)
+            self._group = SqliteGroup(self._inline)
             self._db: Any = self._inline
         elif backend == "postgresql" and user_engine is None and set(self._engine_options) <= NATIVE_OPTIONS:
             self._db = PgConnections(self)
@@ -217,7 +221,11 @@ class SqlPersistence(Persistence):
             guard = leases.renewal(self, lease)
         elif not ops:
             return
-        if not await self._db.commit(ops, guard):
+        if self._group is not None and lease is not None and leases.held_here(self) > 1:
+            written = await self._group.commit(ops, guard)  # other runs write now too: together
+        else:
+            written = await self._db.commit(ops, guard)
+        if not written:
             assert lease is not None
             raise lease.mark_lost(await leases.holder(self, lease.session_id))
 
@@ -303,6 +311,12 @@ class SqlPersistence(Persistence):
 
     async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
         return await _batches.end(self, name, item, owner, end)
+
+    async def end_and_claim(self, name: str, item: int, owner: str, end: ItemEnd, *, claim: int, now: float,
+                            expires: float) -> tuple[bool, list[BatchItem]]:
+        if not claim:
+            return await self.end_batch_item(name, item, owner, end), []
+        return await _batches.end_and_claim(self, name, item, owner, end, claim, now, expires)
 
     async def requeue_batch_items(self, name: str, items: Sequence[int]) -> int:
         return await _batches.requeue(self, name, items)

@@ -1,0 +1,107 @@
+"""Group commit on SQLite: the commits many runs make in one pass of the event loop, in one transaction.
+
+Why: a batch keeps ~100 runs going on one event loop, each committing two or three times
+per model step. A SQLite COMMIT in WAL mode appends every page the transaction changed to
+the WAL, two ``write()`` calls per page: ~8 pages and ~90 µs a commit, most of a batch's
+SQLite time (W7 of ``shared/BENCH.md``). Runs that commit together share pages (the newest
+rows of a table sit on the same leaf), so a group writes a fraction of them, and takes the
+write lock and commits once.
+
+How: :meth:`SqliteGroup.commit` queues the commit and waits; the queue is written at the
+loop's next pass (a callback), in one ``BEGIN IMMEDIATE … COMMIT``: for each commit its guard
+(the lease renewal) and, when that changed its row, its rows. A commit whose guard changed
+nothing writes nothing (its lease was lost), exactly as alone. Only runs that are not alone
+wait for a pass: :class:`~.store.SqlPersistence` sends a commit here while other runs of this
+loop hold leases on the store, else straight to :meth:`~.inline.InlineSqlite.commit`.
+
+A group that fails on an error writes nothing, and each of its commits is then tried alone,
+so the error reaches only the commit that caused it; a group that finds the database locked
+waits (the async back-off) as one. A commit once queued is written even if its caller is
+cancelled meanwhile (the run's writer keeps those rows and sends them again: upserts, so
+twice is harmless; dropped, they could be lost). Queues are per event loop; a queue left by a
+loop that closed before its pass is written with the next group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional, Sequence
+
+from .inline import Busy, InlineSqlite, Op
+
+__all__ = ["SqliteGroup"]
+
+
+class _Commit:
+    __slots__ = ("ops", "guard", "done")
+
+    def __init__(self, ops: Sequence[Op], guard: Optional[Op], done: "asyncio.Future[bool]"):
+        self.ops, self.guard, self.done = ops, guard, done
+
+
+class SqliteGroup:
+    """The queued commits of each event loop, for one :class:`~.inline.InlineSqlite`."""
+
+    def __init__(self, db: InlineSqlite):
+        self.db = db
+        self.queues: dict[asyncio.AbstractEventLoop, list[_Commit]] = {}
+
+    async def commit(self, ops: Sequence[Op], guard: Optional[Op]) -> bool:
+        """``ops`` after ``guard`` (as :meth:`InlineSqlite.transaction`), with the others of this pass."""
+        loop = asyncio.get_running_loop()
+        entry = _Commit(ops, guard, loop.create_future())
+        queue = self.queues.get(loop)
+        if queue is None:
+            queue = self.queues[loop] = []
+            loop.call_soon(self._write, loop)
+        queue.append(entry)
+        return await entry.done
+
+    def _write(self, loop: asyncio.AbstractEventLoop) -> None:
+        group = self.queues.pop(loop, [])
+        for gone in [lp for lp in self.queues if lp.is_closed()]:
+            group.extend(self.queues.pop(gone))
+        if not group:
+            return
+        pairs = [(c.ops, c.guard) for c in group]
+        try:
+            results = self.db.together_now(pairs)
+        except Busy:  # another process writes: wait for it without blocking this pass
+            asyncio.ensure_future(self._later(group))
+            return
+        except Exception:  # on purpose: nothing was written; each commit alone gets its own outcome
+            asyncio.ensure_future(self._alone(group))
+            return
+        _settle(group, results)
+
+    async def _later(self, group: list[_Commit]) -> None:
+        try:
+            results = await self.db.together([(c.ops, c.guard) for c in group])
+        except Exception:  # on purpose: as in _write
+            await self._alone(group)
+            return
+        _settle(group, results)
+
+    async def _alone(self, group: list[_Commit]) -> None:
+        for c in group:
+            try:
+                result = await self.db.transaction(c.ops, c.guard)
+            except Exception as exc:
+                _set(c.done, exc=exc)
+            else:
+                _set(c.done, result)
+
+
+def _settle(group: list[_Commit], results: list[bool]) -> None:
+    for c, result in zip(group, results):
+        _set(c.done, result)
+
+
+def _set(done: "asyncio.Future[bool]", result: Any = None, exc: Optional[BaseException] = None) -> None:
+    """Resolve a caller's future unless it left (cancelled) or its loop is gone."""
+    if done.done() or done.get_loop().is_closed():
+        return
+    if exc is not None:
+        done.set_exception(exc)
+    else:
+        done.set_result(result)
