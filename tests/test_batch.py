@@ -68,6 +68,27 @@ def pd_zero() -> Any:
     return pd.Timedelta(0)
 
 
+async def test_a_slot_runs_its_items_in_one_task(store, ledger) -> None:
+    """Each of ``concurrency`` lanes records its item's end and runs the next item itself: no
+    task (and no pass of the event loop) per item for the worker to start and collect."""
+    loop = asyncio.get_running_loop()
+    names: list[str] = []
+    default = loop.get_task_factory()
+
+    def counting(lp: Any, coro: Any, **kw: Any) -> Any:
+        names.append(getattr(coro, "__qualname__", type(coro).__name__))
+        return default(lp, coro, **kw) if default is not None else asyncio.Task(coro, loop=lp, **kw)
+
+    loop.set_task_factory(counting)
+    try:
+        batch = await make_agent(store, ledger, steps=1).batch(prompts(12), name="lanes", concurrency=3,
+                                                               progress=False)
+    finally:
+        loop.set_task_factory(default)
+    assert batch.counts == {"stop": 12}
+    assert names.count("Worker._lane") == 3 and "run_item" not in names
+
+
 async def test_a_series_and_a_one_column_frame_are_prompts(store, ledger) -> None:
     import pandas as pd
 

@@ -53,9 +53,9 @@ class Worker:
         self.owner = lease_owner(new_id("wrk"))
         self.ttl = float(getattr(self.store, "lease_ttl", 15.0))
         self.renew_every = float(getattr(self.store, "lease_renew", self.ttl / 3))
-        self.running: dict[asyncio.Task[ItemOutcome], BatchItem] = {}
-        self.finished: list[asyncio.Task[ItemOutcome]] = []  # done, not yet recorded
-        self.wake = asyncio.Event()  # an item finished, or the stop was set
+        self.lanes: set[asyncio.Task[None]] = set()  # one task per item slot in use
+        self.exited: list[asyncio.Task[None]] = []  # lanes that ended, not yet looked at
+        self.wake = asyncio.Event()  # a lane ended, or the stop was set
         self.failures = 0
         self.stopped: Optional[str] = None  # "aborted" | "max_failures"
         self.backoff = 0.0
@@ -83,43 +83,70 @@ class Worker:
             if self.stop.is_set() and self.stopped is None:
                 self.stopped = "aborted"
             claimed = await self._claim() if self.stopped is None else 0
-            if not self.running:
+            if not self.lanes:
                 if self.stopped is not None or (not claimed and await self._all_ended()):
                     return
                 if not claimed:  # others hold the last items (or a back-off): look again soon
                     await self._idle(stop_wait)
                 continue
-            if not self.finished:
+            if not self.exited:
                 self.wake.clear()
-                await self.wake.wait()  # (one event, not asyncio.wait over every running task)
-            done, self.finished = self.finished, []
-            for task in done:
-                await self._finish(task)
+                await self.wake.wait()  # (one event, not asyncio.wait over every lane)
+            exited, self.exited = self.exited, []
+            for lane in exited:
+                lane.result()  # a lane's failure to record an end is the batch's failure
 
     async def _claim(self) -> int:
-        free = self.concurrency - len(self.running)
-        if free <= 0 or time.monotonic() < self.paused_until:
-            return 0
-        t = now()
-        items = await self.store.claim_batch_items(self.name, self.owner, free, now=t, expires=t + self.ttl)
+        """Claim an item for each free lane and start the lanes."""
+        free = self.concurrency - len(self.lanes)
+        items = await self._claim_items(free) if free > 0 else []
         for it in items:
-            task = asyncio.ensure_future(run_item(self.agent, it, self.stop, own_sessions=self.own_sessions,
-                                                  backoff=max(self.backoff, self.BACKOFF)))
-            self.running[task] = it
-            task.add_done_callback(self._on_done)
-        if items:
-            self.progress.claimed(len(items))
+            lane = asyncio.ensure_future(self._lane(it))
+            self.lanes.add(lane)
+            lane.add_done_callback(self._on_exit)
         return len(items)
 
-    def _on_done(self, task: "asyncio.Task[ItemOutcome]") -> None:
-        self.finished.append(task)
+    async def _claim_items(self, n: int) -> list[BatchItem]:
+        if self.stopped is not None or time.monotonic() < self.paused_until:
+            return []
+        t = now()
+        items = await self.store.claim_batch_items(self.name, self.owner, n, now=t, expires=t + self.ttl)
+        if items:
+            self.progress.claimed(len(items))
+        return items
+
+    async def _lane(self, it: Optional[BatchItem]) -> None:
+        """Run items one after another, each one's end recorded and the next claimed in this
+        task (one call to the store), so a slot turns over without a trip through the loop's queue."""
+        while it is not None:
+            outcome = await run_item(self.agent, it, self.stop, own_sessions=self.own_sessions,
+                                     backoff=max(self.backoff, self.BACKOFF))
+            goes_on = self._goes_on_after(outcome)
+            t = now()
+            ended, items = await self.store.end_and_claim(self.name, it.item, self.owner, outcome.end,
+                                                          claim=1 if goes_on else 0, now=t, expires=t + self.ttl)
+            self._ended(it, outcome, ended)
+            if items:
+                self.progress.claimed(len(items))
+            it = items[0] if items else None  # (claimed as a stop came: its run gives it back)
+
+    def _goes_on_after(self, outcome: ItemOutcome) -> bool:
+        """Whether the lane claims another item once this outcome is recorded."""
+        end = outcome.end
+        if self.stop.is_set() or self.stopped is not None or outcome.rate_limited:
+            return False
+        if end.status == "failed" and self.max_failures is not None and self.failures + 1 >= self.max_failures:
+            return False
+        return time.monotonic() >= self.paused_until
+
+    def _on_exit(self, lane: "asyncio.Task[None]") -> None:
+        self.lanes.discard(lane)
+        self.exited.append(lane)
         self.wake.set()
 
-    async def _finish(self, task: "asyncio.Task[ItemOutcome]") -> None:
-        it = self.running.pop(task)
-        outcome = task.result()
+    def _ended(self, it: BatchItem, outcome: ItemOutcome, recorded: bool) -> None:
         end = outcome.end
-        if not await self.store.end_batch_item(self.name, it.item, self.owner, end):
+        if not recorded:
             log.warning("batch %r: item %d was taken over by another worker before its end was recorded "
                         "(this worker's claim had lapsed)", self.name, it.item)
         if outcome.rate_limited:
@@ -154,15 +181,12 @@ class Worker:
                 log.warning("batch %r: could not renew this worker's claims: %s", self.name, e)
 
     async def _give_back(self) -> None:
-        """The batch call was cancelled: cut the running items and record them (aborted)."""
-        if not self.running:
+        """The batch call was cancelled: cut the running items; each lane records its own (aborted)."""
+        if not self.lanes:
             return
         self.stop.set()
-        tasks = list(self.running)
-        await asyncio.wait(tasks)
-        self.finished = []
-        for task in tasks:
-            if task.cancelled() or task.exception() is not None:
-                self.running.pop(task, None)
-                continue
-            await self._finish(task)
+        done, _ = await asyncio.wait(list(self.lanes))
+        for lane in done:  # (a lane's own error is the cancelled call's to drop: mark it seen)
+            if not lane.cancelled():
+                lane.exception()
+        self.exited = []
