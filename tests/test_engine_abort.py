@@ -299,3 +299,30 @@ async def test_a_run_that_ends_normally_leaves_nothing_waiting_on_its_event():
     await asyncio.sleep(0)
     assert abort not in abort_module._WATCHERS
     assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+
+
+async def test_a_cancel_while_the_lease_is_released_still_releases_it() -> None:
+    """The run releases its lease in its own task (no trip through the loop when the store
+    answers at once); a cancel that lands mid-release still lets the release finish."""
+    entered = asyncio.Event()
+
+    class SlowRelease(MemoryPersistence):
+        async def release_lease(self, lease):  # type: ignore[no-untyped-def]
+            entered.set()
+            await asyncio.sleep(0.05)
+            await super().release_lease(lease)
+
+    store = SlowRelease()
+    agent = We0Agent(ScriptedModel([[text("hi")]]), persistence=store)
+    task = asyncio.ensure_future(agent.invoke(session_id="s", messages=[user_message("q")]))
+    await asyncio.wait_for(entered.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(100):  # a bounded wait for the release that goes on (up to ~1 s)
+        if "s" not in store._leases:
+            break
+        await asyncio.sleep(0.01)
+    assert "s" not in store._leases
+    lease = await store.acquire_lease("s", "run_next")  # free for the next run
+    await lease.release()
