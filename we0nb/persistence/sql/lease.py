@@ -139,8 +139,11 @@ class _Heartbeat:
     async def _run(self, store: Any) -> None:
         while self.leases:
             await asyncio.sleep(store.lease_renew)
-            for key, lease in list(self.leases.items()):
-                if self.leases.get(key) is lease and not await _renew(store, lease):
+            held = list(self.leases.items())
+            # all at once: on PostgreSQL they go to the server together (one round trip, not one each)
+            renewed = await asyncio.gather(*(_renew(store, lease) for _, lease in held))
+            for (key, lease), ok in zip(held, renewed):
+                if not ok and self.leases.get(key) is lease:
                     self.leases.pop(key, None)
         if store._heartbeats.get(asyncio.get_running_loop()) is self:  # every lease here was lost
             del store._heartbeats[asyncio.get_running_loop()]
