@@ -137,3 +137,14 @@ def backend_for(name: str, tmp_path: Path) -> Iterator[Backend]:
             asyncio.run(p.close())
         if schema is not None:
             drop_schema(schema)
+
+
+def user_write(sid: str, body: str) -> tuple[Any, Any]:
+    """A user message of session ``sid`` and its one text part ``body``: one commit's write."""
+    from we0nb import TextPart, UserMessage
+    from we0nb._ids import new_id
+    from we0nb.messages import MessageTime, PartTime
+
+    u = UserMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=3.0))
+    return u, TextPart(id=new_id("prt"), session_id=sid, message_id=u.id, text=body,
+                       time=PartTime(start=3.0, end=3.0))

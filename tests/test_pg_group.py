@@ -13,11 +13,11 @@ from typing import Any, Iterator
 
 import pytest
 
-from sql_support import Backend, backend_for
-from we0nb import PersistenceError, Session, SqlPersistence, TextPart, UserMessage
+from sql_support import Backend, backend_for, user_write
+from we0nb import PersistenceError, Session, SqlPersistence
 from we0nb._ids import new_id
 from we0nb.errors import LeaseLostError
-from we0nb.messages import MessageTime, PartTime, SessionTime
+from we0nb.messages import SessionTime
 from we0nb.persistence.sql import pg_group
 from we0nb.persistence.sql.engine import AsyncEngines
 from we0nb.persistence.sql.pg import PgConnections
@@ -44,10 +44,6 @@ def group_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
-def _user(sid: str, body: str) -> tuple[UserMessage, TextPart]:
-    u = UserMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=3.0))
-    return u, TextPart(id=new_id("prt"), session_id=sid, message_id=u.id, text=body,
-                       time=PartTime(start=3.0, end=3.0))
 
 
 async def _texts(p: Any, sid: str) -> list[str]:
@@ -76,7 +72,7 @@ def test_a_postgresql_url_takes_the_own_path_and_other_engine_options_sqlalchemy
 async def test_concurrent_commits_go_together_and_each_gets_its_own_outcome(pg: Backend, group_sizes: list) -> None:
     p = pg.fresh()
     sids, leases, lost = await _leases_one_lost(pg, p, 40, 7)
-    writes = [_user(sid, f"body {i}") for i, sid in enumerate(sids)]
+    writes = [user_write(sid, f"body {i}") for i, sid in enumerate(sids)]
     outcomes = await asyncio.gather(*(p.commit([(u, [t], None)], lease=lease)
                                       for (u, t), lease in zip(writes, leases)), return_exceptions=True)
     assert max(group_sizes) > 1  # they did go together
@@ -97,7 +93,7 @@ async def test_session_rows_go_in_the_group_and_only_where_the_lease_is_held(pg:
     sids, leases, lost = await _leases_one_lost(pg, p, 20, 3)
     sessions = [Session(id=sid, title=f"title {i}", time=SessionTime(created=1.0, updated=2.0 + i))
                 for i, sid in enumerate(sids)]
-    writes = [_user(sid, f"body {i}") for i, sid in enumerate(sids)]
+    writes = [user_write(sid, f"body {i}") for i, sid in enumerate(sids)]
     outcomes = await asyncio.gather(*(p.commit([(u, [t], None)], lease=lease, session=s)
                                       for (u, t), lease, s in zip(writes, leases, sessions)), return_exceptions=True)
     assert max(group_sizes) > 1
@@ -115,7 +111,7 @@ async def test_a_value_the_server_refuses_fails_only_its_own_commit(pg: Backend,
     p = pg.fresh()
     sids = [new_id("ses") for _ in range(12)]
     leases = [await p.acquire_lease(sid, f"run_{i}") for i, sid in enumerate(sids)]
-    writes = [_user(sid, f"body {i}") for i, sid in enumerate(sids)]
+    writes = [user_write(sid, f"body {i}") for i, sid in enumerate(sids)]
     bad_u, bad_t = writes[5]
     writes[5] = (bad_u, bad_t.model_copy(update={"id": "prt_with\x00nul"}))  # PostgreSQL text holds no NUL
     outcomes = await asyncio.gather(*(p.commit([(u, [t], None)], lease=lease)
@@ -132,8 +128,8 @@ async def test_a_row_written_twice_in_one_group_keeps_the_later_write(pg: Backen
     p = pg.fresh()
     sid = new_id("ses")
     lease = await p.acquire_lease(sid, "run_a")
-    u, t = _user(sid, "first")
-    others = [(await p.acquire_lease(s, f"run_{s}"), _user(s, "x")) for s in (new_id("ses") for _ in range(5))]
+    u, t = user_write(sid, "first")
+    others = [(await p.acquire_lease(s, f"run_{s}"), user_write(s, "x")) for s in (new_id("ses") for _ in range(5))]
     await asyncio.gather(
         *(p.commit([(ou, [ot], None)], lease=ol) for ol, (ou, ot) in others),  # keeps a send busy
         p.commit([(u, [t], None)], lease=lease),
@@ -148,7 +144,7 @@ async def test_a_grouped_commit_keeps_the_message_view_it_writes_with_its_parts(
     p = pg.fresh()
     sids = [new_id("ses") for _ in range(6)]
     leases = [await p.acquire_lease(sid, "run") for sid in sids]
-    writes = [_user(sid, "hi") for sid in sids]
+    writes = [user_write(sid, "hi") for sid in sids]
     await asyncio.gather(*(p.commit([(u, [t], '{"view": 1}')], lease=lease)
                            for (u, t), lease in zip(writes, leases)))
     views = pg.raw("SELECT model_view FROM we0_messages ORDER BY id")
@@ -188,8 +184,8 @@ async def test_a_commit_whose_caller_gave_up_still_lands_before_the_sessions_nex
     p = pg.fresh()
     sid, other = new_id("ses"), new_id("ses")
     lease, other_lease = await p.acquire_lease(sid, "run_a"), await p.acquire_lease(other, "run_b")
-    u, t = _user(sid, "one")
-    ou, ot = _user(other, "x")
+    u, t = user_write(sid, "one")
+    ou, ot = user_write(other, "x")
     gate, held = asyncio.Event(), asyncio.Event()
     send = pg_group.GroupCommit._send
 
@@ -230,10 +226,10 @@ async def test_a_commit_is_written_even_when_its_caller_is_cancelled_before_it_i
         await send(self, group)
 
     monkeypatch.setattr(pg_group.GroupCommit, "_send", slow_first)
-    ou, ot = _user(other, "x")
+    ou, ot = user_write(other, "x")
     busy = asyncio.ensure_future(p.commit([(ou, [ot], None)], lease=other_lease))
     await held.wait()
-    u, t = _user(sid, "queued")
+    u, t = user_write(sid, "queued")
     queued = asyncio.ensure_future(p.commit([(u, [t], None)], lease=lease))
     await asyncio.sleep(0.02)
     queued.cancel()
@@ -284,7 +280,7 @@ async def test_tricky_text_is_stored_exactly_by_a_grouped_commit(pg: Backend, gr
     p = pg.fresh()
     sids = [new_id("ses") for _ in TRICKY]
     leases = [await p.acquire_lease(sid, "run") for sid in sids]
-    writes = [_user(sid, body) for sid, body in zip(sids, TRICKY)]
+    writes = [user_write(sid, body) for sid, body in zip(sids, TRICKY)]
     await asyncio.gather(*(p.commit([(u, [t], None)], lease=lease) for (u, t), lease in zip(writes, leases)))
     assert max(group_sizes) > 1
     reader = pg.fresh()

@@ -15,12 +15,12 @@ from typing import Any, Iterator
 
 import pytest
 
-from sql_support import Backend, backend_for
-from we0nb import FunctionModel, PersistenceError, Session, SqlPersistence, TextPart, UserMessage, We0Agent
+from sql_support import Backend, backend_for, user_write
+from we0nb import FunctionModel, PersistenceError, Session, SqlPersistence, We0Agent
 from we0nb import text, tool, tool_call, user_message
 from we0nb._ids import new_id
 from we0nb.errors import LeaseLostError
-from we0nb.messages import MessageTime, PartTime, SessionTime
+from we0nb.messages import SessionTime
 from we0nb.models.base import ToolResult
 from we0nb.persistence.sql import inline, sqlite_group
 
@@ -32,22 +32,21 @@ def lite(tmp_path: Path) -> Iterator[Backend]:
 
 @pytest.fixture
 def group_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The size of every group written (the commits of one transaction)."""
+    """The size of every group written (the commits of one transaction), however it was tried."""
     sizes: list[int] = []
-    together = inline.InlineSqlite._together
+    now, later = inline.InlineSqlite.together_now, inline.InlineSqlite.together
 
-    def recording(self: Any, conn: Any, commits: Any) -> list[bool]:
+    def recording_now(self: Any, commits: Any) -> list[bool]:
         sizes.append(len(commits))
-        return together(self, conn, commits)
+        return now(self, commits)
 
-    monkeypatch.setattr(inline.InlineSqlite, "_together", recording)
+    async def recording_later(self: Any, commits: Any) -> list[bool]:
+        sizes.append(len(commits))
+        return await later(self, commits)
+
+    monkeypatch.setattr(inline.InlineSqlite, "together_now", recording_now)
+    monkeypatch.setattr(inline.InlineSqlite, "together", recording_later)
     return sizes
-
-
-def _user(sid: str, body: str) -> tuple[UserMessage, TextPart]:
-    u = UserMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=3.0))
-    return u, TextPart(id=new_id("prt"), session_id=sid, message_id=u.id, text=body,
-                       time=PartTime(start=3.0, end=3.0))
 
 
 async def _texts(p: Any, sid: str) -> list[str]:
@@ -71,7 +70,7 @@ async def test_concurrent_commits_go_together_and_each_gets_its_own_outcome(lite
     lost = sids[7]
     assert lite.raw is not None
     lite.raw(f"UPDATE we0_leases SET owner = 'elsewhere:1:run_x', host = 'elsewhere' WHERE session_id = '{lost}'")
-    writes = [_user(sid, f"body {i}") for i, sid in enumerate(sids)]
+    writes = [user_write(sid, f"body {i}") for i, sid in enumerate(sids)]
     outcomes = await asyncio.gather(*(p.commit([(u, [t], None)], lease=lease, session=_session(sid))
                                       for (u, t), lease, sid in zip(writes, leases, sids)), return_exceptions=True)
     assert group_sizes == [30]  # one transaction for the pass
@@ -91,7 +90,7 @@ async def test_concurrent_commits_go_together_and_each_gets_its_own_outcome(lite
 async def test_a_commit_that_fails_fails_alone_and_the_others_are_written(lite: Backend, group_sizes: list) -> None:
     p = lite.fresh()
     sids, leases = await _leases(p, 8)
-    writes = [_user(sid, f"body {i}") for i, sid in enumerate(sids)]
+    writes = [user_write(sid, f"body {i}") for i, sid in enumerate(sids)]
     bad = writes[3][1].model_copy(update={"message_id": None})  # a row SQLite refuses (NOT NULL)
     writes[3] = (writes[3][0], bad)
     outcomes = await asyncio.gather(*(p.commit([(u, [t], None)], lease=lease, session=_session(sid))
@@ -115,7 +114,7 @@ async def test_a_group_that_finds_the_database_locked_waits_and_then_writes(lite
     sids, leases = await _leases(p, 5)
     other = sqlite3.connect(tmp_path / "we0.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
-    writes = [_user(sid, f"body {i}") for i, sid in enumerate(sids)]
+    writes = [user_write(sid, f"body {i}") for i, sid in enumerate(sids)]
     pending = asyncio.gather(*(p.commit([(u, [t], None)], lease=lease, session=_session(sid))
                                for (u, t), lease, sid in zip(writes, leases, sids)))
     await asyncio.sleep(0.05)
@@ -138,11 +137,11 @@ async def test_a_run_alone_commits_without_waiting_for_a_pass(lite: Backend, mon
     monkeypatch.setattr(sqlite_group.SqliteGroup, "commit", recording)
     p = lite.fresh()
     sids, leases = await _leases(p, 1)
-    u, t = _user(sids[0], "alone")
+    u, t = user_write(sids[0], "alone")
     await p.commit([(u, [t], None)], lease=leases[0])
     assert grouped == []
     sids2, leases2 = await _leases(p, 1)  # a second run holds a lease now
-    u, t = _user(sids2[0], "two")
+    u, t = user_write(sids2[0], "two")
     await p.commit([(u, [t], None)], lease=leases2[0])
     assert grouped == [1]
 

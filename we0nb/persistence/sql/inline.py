@@ -16,12 +16,13 @@ thread and closes the connection (which checkpoints) off the loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 from ...errors import PersistenceError
 from .errors import is_busy, wrap
@@ -182,51 +183,39 @@ class InlineSqlite:
         return conn.execute(_SQL[key], params).fetchall()
 
     def _transaction(self, conn: sqlite3.Connection, ops: Sequence[Op], guard: Optional[Op]) -> bool:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if guard is not None and conn.execute(_SQL[guard[0]], guard[1]).rowcount != 1:
-                conn.execute("ROLLBACK")
-                return False
-            _run_ops(conn, ops)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        self._committed()
-        return True
-
-    def _statements(self, conn: sqlite3.Connection, queries: Sequence[tuple[str, dict[str, Any], bool]]) -> list[Any]:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            out = []
-            for key, params, rows in queries:
-                cur = conn.execute(_SQL[key], params)
-                out.append(cur.fetchall() if rows else cur.rowcount)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        self._committed()
-        return out
+        return self._together(conn, [(ops, guard)])[0]
 
     def _together(self, conn: sqlite3.Connection, commits: Sequence[tuple[Sequence[Op], Optional[Op]]]) -> list[bool]:
+        """Each commit's guard, then its ops when the guard changed one row; one transaction."""
         out = []
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._writing(conn):
             for ops, guard in commits:
                 ok = guard is None or conn.execute(_SQL[guard[0]], guard[1]).rowcount == 1
                 if ok:
                     _run_ops(conn, ops)
                 out.append(ok)
+        return out
+
+    def _statements(self, conn: sqlite3.Connection, queries: Sequence[tuple[str, dict[str, Any], bool]]) -> list[Any]:
+        out = []
+        with self._writing(conn):
+            for key, params, rows in queries:
+                cur = conn.execute(_SQL[key], params)
+                out.append(cur.fetchall() if rows else cur.rowcount)
+        return out
+
+    @contextlib.contextmanager
+    def _writing(self, conn: sqlite3.Connection) -> Iterator[None]:
+        """A write transaction (``BEGIN IMMEDIATE``): committed at the end, rolled back on any error."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
         self._committed()
-        return out
 
     # ------------------------------------------------------------------ opening
 
