@@ -178,6 +178,10 @@ def test_runs_at_once_store_what_the_same_runs_one_by_one_store(tmp_path: Path, 
                 await c
         out = [shape(await p.load_transcript(sid)) for sid in sids]
         await p.close()
+        conn = sqlite3.connect(tmp_path / db)  # the stored model views (a cache a part write drops) too
+        out.append(conn.execute("SELECT session_id, role, model_view IS NOT NULL FROM we0_messages "
+                                "ORDER BY session_id, id").fetchall())
+        conn.close()
         return out
 
     together = asyncio.run(go("a.db", True))
@@ -186,5 +190,6 @@ def test_runs_at_once_store_what_the_same_runs_one_by_one_store(tmp_path: Path, 
     alone = asyncio.run(go("b.db", False))
     assert group_sizes == []
     assert together == alone
+    assert any(has_view for _, _, has_view in together[-1])
     tools = [pt for m in together[0] for pt in m[1] if pt[0] == "ToolPart"]
     assert [(status, output) for _, _, status, output in tools] == [("completed", f"noted {n}") for n in range(3)]
