@@ -54,16 +54,6 @@ __all__ = ["Run"]
 log = logging.getLogger("we0nb.engine")
 
 
-async def _release(lease: Any) -> None:
-    """Release the lease in this task (a store that answers at once costs no trip through the
-    loop); a cancel that arrives meanwhile makes it run to the end in a task of its own."""
-    try:
-        await lease.release()
-    except asyncio.CancelledError:
-        await asyncio.shield(lease.persistence.release_lease(lease))  # (releasing twice is harmless)
-        raise
-
-
 def _same(m: Any) -> Any:
     """The object itself (events of a run made with ``copies=False``)."""
     return m
@@ -115,7 +105,7 @@ class Run:
                 raise
         finally:
             scope.close()
-            await _release(lease)
+            await lease.release()  # (in this task: a store that answers at once costs no trip through the loop)
 
     async def _salvage(self, exc: BaseException) -> None:
         """A run that fails: write what it produced (a held step end, dirty parts), unless the

@@ -8,6 +8,7 @@ lease for the whole run, so within a run it is the only writer of that session.
 from __future__ import annotations
 
 import abc
+import asyncio
 import os
 import socket
 from dataclasses import dataclass, field
@@ -60,9 +61,17 @@ class Lease:
             raise LeaseLostError(self.session_id, self.taken_by)
 
     async def release(self) -> None:
-        if not self.released:
-            self.released = True
+        """Give the session back (once). A cancel that lands meanwhile lets the release finish
+        in a task of its own, then goes on: a cancelled run never leaves its session held."""
+        if self.released:
+            return
+        try:
             await self.persistence.release_lease(self)
+        except asyncio.CancelledError:
+            await asyncio.shield(self.persistence.release_lease(self))  # (releasing twice is harmless)
+            raise
+        finally:
+            self.released = True
 
 
 @dataclass

@@ -8,13 +8,11 @@ wait on each other. Ending, renewing and freeing a claim are conditional on its 
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any, Optional, Sequence
 
 from ..batches import BatchInfo, BatchItem, ItemEnd, NewItem, check_same_prompts, fingerprint
 from .lease import pid_alive
-from .pg import PgConnections
 from .tables import cut
 from .statements import END_COLUMNS
 
@@ -96,12 +94,9 @@ async def end_and_claim(store: Any, name: str, item: int, owner: str, e: ItemEnd
     if store._inline is not None:
         ended, rows = await store._inline.statements([("batch_end", end_params, False),
                                                       ("batch_claim", claim_params, True)])
-    elif store.dialect == "postgresql" and isinstance(store._db, PgConnections):
-        ended, rows = await asyncio.gather(store._db.execute("batch_end", end_params),
-                                           store._db.fetchall("batch_claim", claim_params))
     else:
-        ended = await store._db.execute("batch_end", end_params)
-        rows = await store._db.fetchall("batch_claim", claim_params)
+        ended, rows = await store._both(store._db.execute("batch_end", end_params),
+                                        store._db.fetchall("batch_claim", claim_params))
     return ended == 1, _claimed(rows)
 
 

@@ -145,8 +145,9 @@ class _Heartbeat:
             for (key, lease), ok in zip(held, renewed):
                 if not ok and self.leases.get(key) is lease:
                     self.leases.pop(key, None)
-        if store._heartbeats.get(asyncio.get_running_loop()) is self:  # every lease here was lost
-            del store._heartbeats[asyncio.get_running_loop()]
+        loop = asyncio.get_running_loop()
+        if store._heartbeats.get(loop) is self:  # every lease here was lost
+            del store._heartbeats[loop]
 
 
 def held_here(store: Any) -> int:

@@ -32,13 +32,14 @@ corrupted — and ``"FULL"`` sets it ``on``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import logging
 import re
 import socket
 import threading
 import weakref
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Awaitable, Optional, Sequence, TypeVar, Union
 from urllib.parse import urlencode
 
 from sqlalchemy.engine import URL, Engine, create_engine, make_url
@@ -60,6 +61,9 @@ from .sqlite_group import SqliteGroup
 from .statements import message_row, part_row, session_row
 
 __all__ = ["SqlPersistence"]
+
+A = TypeVar("A")
+B = TypeVar("B")
 
 log = logging.getLogger("we0nb.persistence.sql")
 
@@ -277,11 +281,21 @@ class SqlPersistence(Persistence):
                              messages=build_messages(session_id, mrows, prows, self._where))
 
     async def _fetch_both(self, a: Op, b: Op) -> tuple[list[Any], list[Any]]:
-        """Two reads; on PostgreSQL at once (they go to the server together: one round trip)."""
+        return await self._both(self._db.fetchall(*a), self._db.fetchall(*b))
+
+    async def _both(self, first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
+        """Two statements that do not depend on each other: on PostgreSQL at once (they go to
+        the server together: one round trip), elsewhere one after the other."""
         if isinstance(self._db, PgConnections):
-            ra, rb = await asyncio.gather(self._db.fetchall(*a), self._db.fetchall(*b))
-            return ra, rb
-        return await self._db.fetchall(*a), await self._db.fetchall(*b)
+            a, b = await asyncio.gather(first, second)
+            return a, b
+        try:
+            a = await first
+        except BaseException:
+            if inspect.iscoroutine(second):
+                second.close()  # (never started)
+            raise
+        return a, await second
 
     async def delete_messages(self, session_id: str, message_ids: Sequence[str]) -> None:
         rows = [{"sid": session_id, "mid": m} for m in message_ids]
