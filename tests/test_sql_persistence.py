@@ -486,6 +486,34 @@ async def test_the_leases_of_one_store_share_one_heartbeat_task(sql: Backend) ->
     assert not any(lease.lost for lease in leases)
 
 
+async def test_a_renewal_on_the_way_when_its_lease_is_released_is_not_a_loss(
+        sql: Backend, caplog: pytest.LogCaptureFixture) -> None:
+    """A batch releases leases while the heartbeat renews them all at once: a renewal that then
+    finds no row lost nothing (no warning, the lease not marked lost); a row gone while the lease
+    is still held is a loss."""
+    from we0nb.persistence.sql import lease as leases
+
+    p = sql.fresh()
+    p.lease_ttl, p.lease_renew = 600.0, 500.0  # no tick of the heartbeat itself during the test
+    done, kept = await p.acquire_lease(new_id("ses"), "run_done"), await p.acquire_lease(new_id("ses"), "run_kept")
+    held = p._heartbeats[asyncio.get_running_loop()].leases
+    execute = p._db.execute
+
+    async def released_on_the_way(key: str, params: dict[str, Any]) -> int:
+        if key == "lease_renew" and params["sid"] == done.session_id:
+            await done.release()  # the run ends while the renewal of its lease is on the way
+        return await execute(key, params)
+
+    p._db.execute = released_on_the_way
+    with caplog.at_level("WARNING", logger="we0nb.persistence.sql"):
+        assert await leases._renew(p, done, held) is False
+        assert not done.lost and "taken over" not in caplog.text
+        await execute("lease_release", {"sid": kept.session_id, "holder": kept.owner})  # not by its run
+        assert await leases._renew(p, kept, held) is False
+    assert kept.lost and "taken over by nobody" in caplog.text
+    await kept.release()
+
+
 async def test_every_write_is_committed_at_once(sql: Backend) -> None:
     """No flush needed: another connection sees each write as soon as it returns."""
     p = sql.fresh()

@@ -141,7 +141,7 @@ class _Heartbeat:
             await asyncio.sleep(store.lease_renew)
             held = list(self.leases.items())
             # all at once: on PostgreSQL they go to the server together (one round trip, not one each)
-            renewed = await asyncio.gather(*(_renew(store, lease) for _, lease in held))
+            renewed = await asyncio.gather(*(_renew(store, lease, self.leases) for _, lease in held))
             for (key, lease), ok in zip(held, renewed):
                 if not ok and self.leases.get(key) is lease:
                     self.leases.pop(key, None)
@@ -156,7 +156,7 @@ def held_here(store: Any) -> int:
     return len(hb.leases) if hb is not None else 0
 
 
-async def _renew(store: Any, lease: Lease) -> bool:
+async def _renew(store: Any, lease: Lease, held: dict[tuple[str, str], Lease]) -> bool:
     """Renew one lease; False when another run holds it now (the lease is then marked lost)."""
     key, params = renewal(store, lease)
     try:
@@ -166,6 +166,8 @@ async def _renew(store: Any, lease: Lease) -> bool:
     except PersistenceError as e:  # a busy or unreachable database: try again at the next tick
         log.warning("could not renew the lease of session %r: %s", lease.session_id, e)
         return True
+    if n == 0 and held.get((lease.session_id, lease.owner)) is not lease:
+        return False  # released while its renewal was on the way: nothing was lost
     if n == 0:
         lease.mark_lost(taken_by)
         log.warning("the lease of session %r (%s) was taken over by %s", lease.session_id, lease.owner,
