@@ -19,7 +19,8 @@ so the error reaches only the commit that caused it; a group that finds the data
 waits (the async back-off) as one. A commit once queued is written even if its caller is
 cancelled meanwhile (the run's writer keeps those rows and sends them again: upserts, so
 twice is harmless; dropped, they could be lost). Queues are per event loop; a queue left by a
-loop that closed before its pass is written with the next group.
+loop that closed before its pass is written with the next group. While the loop has a writer
+process (:mod:`.sqlite_writer`), commits go there instead, and the group forms in it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ class SqliteGroup:
             queue = self.queues[loop] = []
             loop.call_soon(self._write, loop)
         queue.append(entry)
+        # one pass, not two: the pass's commits are written by the callback queued above, which
+        # runs before this task's own turn in the next pass — awaiting the future alone would
+        # resume the run only in the pass after that (a future wakes its waiter with call_soon)
+        await asyncio.sleep(0)
         return await entry.done
 
     def _write(self, loop: asyncio.AbstractEventLoop) -> None:
