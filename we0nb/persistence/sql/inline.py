@@ -11,22 +11,29 @@ and a statement that finds another process's write lock is retried with an async
 checkpoints (the only fsyncs under NORMAL) run on a background thread every
 :attr:`~InlineSqlite.CHECKPOINT_EVERY` commits, and :meth:`~InlineSqlite.close` joins that
 thread and closes the connection (which checkpoints) off the loop.
+
+While several runs of one loop write at once (a batch), every write goes to a writer process
+instead (:mod:`.sqlite_writer`: SQLite's work on the other core); the reads stay here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
+import weakref
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from ...errors import PersistenceError
+from . import sqlite_tx as tx
 from .errors import is_busy, wrap
+from .loops import at_shutdown
 from .schema import SqliteDb, ensure_schema
+from .sqlite_tx import Op
+from .sqlite_writer import SqliteWriter, writer_possible
 from .statements import statements
 
 __all__ = ["InlineSqlite", "sqlite_pragmas", "Busy"]
@@ -34,8 +41,6 @@ __all__ = ["InlineSqlite", "sqlite_pragmas", "Busy"]
 log = logging.getLogger("we0nb.persistence.sql")
 
 T = TypeVar("T")
-#: ``(statement key, params)`` or ``(statement key, [params, ...])`` (executemany)
-Op = tuple[str, Any]
 _SQL = statements("sqlite")
 
 
@@ -61,14 +66,6 @@ def sqlite_pragmas(dbapi_conn: Any, synchronous: str, busy_ms: int) -> None:
         cur.close()
 
 
-def _run_ops(conn: sqlite3.Connection, ops: Sequence[Op]) -> None:
-    for key, params in ops:
-        if isinstance(params, list):
-            conn.executemany(_SQL[key], params)
-        else:
-            conn.execute(_SQL[key], params)
-
-
 class InlineSqlite:
     """The :class:`~.statements` run on one ``sqlite3`` connection (opened lazily)."""
 
@@ -77,7 +74,8 @@ class InlineSqlite:
     #: the longest single async back-off sleep while the database is locked (seconds)
     MAX_BACKOFF = 0.025
 
-    def __init__(self, database: str, uri: bool, synchronous: str, busy_timeout: float, where: str):
+    def __init__(self, database: str, uri: bool, synchronous: str, busy_timeout: float, where: str,
+                 writer_process: bool = True):
         self.database, self.uri, self.where = database, uri, where
         self.synchronous, self.busy_timeout = synchronous, busy_timeout
         self.lock = threading.RLock()  # the checkpoint thread and close() use the connection too
@@ -87,11 +85,21 @@ class InlineSqlite:
         self.ckpt_wake = threading.Event()
         self.ckpt_thread: Optional[threading.Thread] = None
         self.ckpt_stop = False
+        # the writer process of each event loop (sqlite_writer.py), and the loops that want one
+        self.offload = writer_process and writer_possible()
+        self.writers: dict[asyncio.AbstractEventLoop, SqliteWriter] = {}
+        self.wanted: dict[asyncio.AbstractEventLoop, "asyncio.Task[None]"] = {}
+        self.shutdown_guards: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ the async interface
 
     async def execute(self, key: str, params: dict[str, Any]) -> int:
         """One statement, committed (autocommit); returns its row count."""
+        w = self.writer()
+        if w is not None:
+            n: int = await w.call(("execute", (key, params)))
+            self._committed()
+            return n
         return await self._retry(self._execute, key, params)
 
     async def fetchall(self, key: str, params: dict[str, Any]) -> list[Any]:
@@ -100,21 +108,37 @@ class InlineSqlite:
     async def transaction(self, ops: Sequence[Op], guard: Optional[Op] = None) -> bool:
         """``ops`` in one transaction. ``guard``: a statement run first that must change one row,
         else nothing is written and the result is False."""
-        return await self._retry(self._transaction, ops, guard)
+        commits = [(ops, guard)]
+        w = self.writer()
+        if w is not None:  # many runs write at once: on the writer process's core
+            written = await w.together(commits)
+            self._committed()
+            return written[0]
+        return (await self._retry(self._together, commits))[0]
 
     commit = transaction  # a run's commit (alone; runs that write at once go through sqlite_group.py)
 
-    async def together(self, commits: Sequence[tuple[Sequence[Op], Optional[Op]]]) -> list[bool]:
+    async def together(self, commits: Sequence[tx.Commit]) -> list[bool]:
         """Several ``(ops, guard)`` commits in one transaction: for each, whether it was written
         (its guard changed one row). An error writes none of them."""
+        w = self.writer()
+        if w is not None:  # many runs write at once: on the writer process's core
+            written = await w.together(commits)
+            self._committed()
+            return written
         return await self._retry(self._together, commits)
 
     async def statements(self, queries: Sequence[tuple[str, dict[str, Any], bool]]) -> list[Any]:
         """``(key, params, rows)`` statements in one transaction: each one's rows (``rows``) or row count."""
+        w = self.writer()
+        if w is not None:
+            out: list[Any] = await w.call(("statements", queries))
+            self._committed()
+            return out
         return await self._retry(self._statements, queries)
 
-    def together_now(self, commits: Sequence[tuple[Sequence[Op], Optional[Op]]]) -> list[bool]:
-        """:meth:`together` at once; raises :class:`Busy` when the database is locked."""
+    def together_now(self, commits: Sequence[tx.Commit]) -> list[bool]:
+        """:meth:`together` at once, on this thread; raises :class:`Busy` when the database is locked."""
         return self._call(self._together, commits)
 
     def fetch_now(self, queries: Sequence[Op]) -> Optional[list[list[Any]]]:
@@ -125,7 +149,8 @@ class InlineSqlite:
             return None
 
     async def close(self) -> None:
-        """Stop the checkpoint thread and close the connection, both off the event loop."""
+        """Stop the writer process, the checkpoint thread and the connection, all off the event loop."""
+        await self.stop_writer()
         if self.ckpt_thread is None and self.conn is None:
             return
         await asyncio.to_thread(self.close_now)
@@ -142,6 +167,53 @@ class InlineSqlite:
             if self.conn is not None:
                 self.conn.close()  # the last connection checkpoints and removes the WAL
                 self.conn = None
+
+    # ------------------------------------------------------------------ the writer process
+
+    def writer(self) -> Optional[SqliteWriter]:
+        """The running loop's writer process, when it has one that takes requests."""
+        if not self.writers:
+            return None
+        w = self.writers.get(asyncio.get_running_loop())
+        return w if w is not None and w.usable else None
+
+    def want_writer(self) -> None:
+        """Several runs of the running loop write at once: start its writer process (once)."""
+        if not self.offload:
+            return
+        loop = asyncio.get_running_loop()
+        if loop not in self.wanted:
+            self.wanted[loop] = loop.create_task(self._start_writer(loop))
+
+    async def stop_writer(self) -> None:
+        """The running loop no longer needs its writer: it answers what it has, then ends."""
+        loop = asyncio.get_running_loop()
+        starting = self.wanted.pop(loop, None)
+        if starting is not None and not starting.done():
+            await asyncio.shield(starting)  # (it sees that it is no longer wanted, and stops)
+        w = self.writers.pop(loop, None)
+        if w is not None:
+            await w.stop()
+
+    async def _start_writer(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            files = self._call(lambda conn: conn.execute("PRAGMA database_list").fetchall())
+            file = next((f for _, name, f in files if name == "main"), "")
+            if not file:  # a temporary or in-memory database: only this connection sees it
+                self.offload = False
+                return
+            config = {"database": file, "uri": False, "synchronous": self.synchronous,
+                      "busy_timeout": self.busy_timeout, "sql": dict(_SQL)}
+            w = await SqliteWriter.start(config, self.where)
+        except Exception as e:  # on purpose: the writes stay on this thread, as for a run alone
+            log.warning("SQLite writes stay on the event loop's thread: no writer process (%s)", e)
+            self.offload = False
+            return
+        if self.wanted.get(loop) is not asyncio.current_task():  # stopped while it started
+            await w.stop()
+            return
+        self.writers[loop] = w
+        await at_shutdown(loop, self.shutdown_guards, self.stop_writer)  # if the loop ends first
 
     # ------------------------------------------------------------------ running a statement
 
@@ -174,7 +246,7 @@ class InlineSqlite:
                 raise wrap(e, self.where) from e
 
     def _execute(self, conn: sqlite3.Connection, key: str, params: dict[str, Any]) -> int:
-        n = conn.execute(_SQL[key], params).rowcount
+        n = tx.execute(conn, _SQL, key, params)
         self._committed()
         return n
 
@@ -182,40 +254,15 @@ class InlineSqlite:
     def _fetchall(conn: sqlite3.Connection, key: str, params: dict[str, Any]) -> list[Any]:
         return conn.execute(_SQL[key], params).fetchall()
 
-    def _transaction(self, conn: sqlite3.Connection, ops: Sequence[Op], guard: Optional[Op]) -> bool:
-        return self._together(conn, [(ops, guard)])[0]
-
-    def _together(self, conn: sqlite3.Connection, commits: Sequence[tuple[Sequence[Op], Optional[Op]]]) -> list[bool]:
-        """Each commit's guard, then its ops when the guard changed one row; one transaction."""
-        out = []
-        with self._writing(conn):
-            for ops, guard in commits:
-                ok = guard is None or conn.execute(_SQL[guard[0]], guard[1]).rowcount == 1
-                if ok:
-                    _run_ops(conn, ops)
-                out.append(ok)
+    def _together(self, conn: sqlite3.Connection, commits: Sequence[tx.Commit]) -> list[bool]:
+        out = tx.together(conn, _SQL, commits)
+        self._committed()
         return out
 
     def _statements(self, conn: sqlite3.Connection, queries: Sequence[tuple[str, dict[str, Any], bool]]) -> list[Any]:
-        out = []
-        with self._writing(conn):
-            for key, params, rows in queries:
-                cur = conn.execute(_SQL[key], params)
-                out.append(cur.fetchall() if rows else cur.rowcount)
-        return out
-
-    @contextlib.contextmanager
-    def _writing(self, conn: sqlite3.Connection) -> Iterator[None]:
-        """A write transaction (``BEGIN IMMEDIATE``): committed at the end, rolled back on any error."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+        out = tx.statements(conn, _SQL, queries)
         self._committed()
+        return out
 
     # ------------------------------------------------------------------ opening
 

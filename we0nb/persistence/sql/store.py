@@ -13,6 +13,8 @@ The package, one concern per module:
 * ``pg.py`` — PostgreSQL on psycopg 3's own async connections (the default for a PostgreSQL URL);
 * ``pg_group.py`` — PostgreSQL's group commit: what many runs send at once, in one round trip;
 * ``sqlite_group.py`` — SQLite's group commit: what many runs commit in one pass of the loop, in one transaction;
+* ``sqlite_writer.py`` — SQLite's writer process for many runs at once (``sqlite_writer_process.py``, the
+  process; ``sqlite_tx.py``, the transactions both it and ``inline.py`` run);
 * ``engine.py`` — SQLAlchemy asyncio engines (an engine passed in, aiosqlite, PostgreSQL with other
   ``engine_options``);
 * ``loops.py`` — a loop's connections closed on that loop when it shuts down;
@@ -84,7 +86,9 @@ class SqlPersistence(Persistence):
     lease of a run that stopped renewing it blocks others), ``lease_renew`` (seconds between
     renewals, default ``lease_ttl / 3``), ``schema`` (PostgreSQL schema to use, created if
     missing), ``inline_sqlite`` (run SQLite statements on the calling thread — the default;
-    False goes through aiosqlite), ``engine_options`` (passed to ``create_async_engine``; on
+    False goes through aiosqlite), ``writer_process`` (a SQLite file: while several runs of one
+    event loop write at once, as in a batch, a second process runs their writes on another core —
+    the default where there is one; False keeps them on the loop's thread), ``engine_options`` (passed to ``create_async_engine``; on
     PostgreSQL, ``pool_size``, ``max_overflow`` and ``connect_args`` alone keep the default
     path, psycopg's own async connections, with at most ``pool_size + max_overflow`` of them).
     """
@@ -101,6 +105,7 @@ class SqlPersistence(Persistence):
         lease_renew: Optional[float] = None,
         schema: Optional[str] = None,
         inline_sqlite: bool = True,
+        writer_process: bool = True,
         engine_options: Optional[dict[str, Any]] = None,
     ):
         url, user_engine, sync_user_engine = _target(url_or_engine)
@@ -137,7 +142,8 @@ class SqlPersistence(Persistence):
         self._group: Optional[SqliteGroup] = None
         if backend == "sqlite" and inline_sqlite and user_engine is None:
             database, uri = _sqlite_target(url)
-            self._inline = InlineSqlite(database, uri, self.synchronous, self.busy_timeout, self._where)
+            self._inline = InlineSqlite(database, uri, self.synchronous, self.busy_timeout, self._where,
+                                        writer_process=bool(writer_process))
             self._group = SqliteGroup(self._inline)
             self._db: Any = self._inline
         elif backend == "postgresql" and user_engine is None and set(self._engine_options) <= NATIVE_OPTIONS:
@@ -226,7 +232,12 @@ class SqlPersistence(Persistence):
         elif not ops:
             return
         if self._group is not None and lease is not None and leases.held_here(self) > 1:
-            written = await self._group.commit(ops, guard)  # other runs write now too: together
+            # other runs write now too: together, in the writer process once it runs, else here
+            if self._group.db.writer() is not None:
+                written = await self._group.db.commit(ops, guard)
+            else:
+                self._group.db.want_writer()
+                written = await self._group.commit(ops, guard)
         else:
             written = await self._db.commit(ops, guard)
         if not written:
@@ -309,6 +320,8 @@ class SqlPersistence(Persistence):
 
     async def release_lease(self, lease: Lease) -> None:
         await leases.release(self, lease)
+        if self._inline is not None and self._inline.writers and not leases.held_here(self):
+            await self._inline.stop_writer()  # the loop's last run ended: so does its writer process
 
     # ------------------------------------------------------------------ batches (sql/batches.py)
 
