@@ -8,7 +8,9 @@ the commits, and any wait for the event loop), p50 / p99. Variants:
 
 * ``bare``: asyncio + ``Semaphore(100)`` sleeping the same 4 × 50 ms (the limit);
 * ``memory``, ``sqlite``, ``postgres``: ``agent.batch`` on that store (postgres needs
-  ``WE0NB_TEST_POSTGRES_URL`` or ``--pg URL``);
+  ``WE0NB_TEST_POSTGRES_URL`` or ``--pg URL``); ``sqlite`` writes through SQLite's writer
+  process (its CPU is the ``+child`` column), ``sqlite-inline`` on the loop's thread
+  (``SqlPersistence(writer_process=False)``);
 * ``memory-invoke``, ``sqlite-invoke``, ``postgres-invoke``: the same items as plain
   ``agent.invoke`` calls under a Semaphore (the engine alone: what the batch adds is the difference);
 * ``postgres-3proc``: 3 processes calling ``agent.batch(prompts, name=same)`` on one
@@ -102,12 +104,18 @@ async def run_bare(n: int, conc: int) -> dict[str, Any]:
 async def run_we0(store: Any, n: int, conc: int, name: Optional[str] = None) -> dict[str, Any]:
     timeline = Timeline()
     agent = we0_agent(store, timeline)
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0, k0 = time.perf_counter(), time.process_time(), _children_cpu()
     batch = await agent.batch(prompts(n), name=name, concurrency=conc, progress=False)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     assert batch.counts == {"stop": n}, batch.counts
     await store.close()
-    return _figures(wall, cpu, n, timeline)
+    return dict(_figures(wall, cpu, n, timeline), child_ms_item=(_children_cpu() - k0) / n * 1000)
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the ended child processes (SQLite's writer process, reaped at the batch's end)."""
+    t = os.times()
+    return t.children_user + t.children_system
 
 
 async def run_invoke(store: Any, n: int, conc: int) -> dict[str, Any]:
@@ -140,8 +148,8 @@ def make_store(kind: str, tmp: str, pg: Optional[str]) -> Any:
 
     if kind == "memory":
         return MemoryPersistence()
-    if kind == "sqlite":
-        return SqlPersistence(f"sqlite:///{tmp}/w7-{uuid.uuid4().hex[:8]}.db")
+    if kind in ("sqlite", "sqlite-inline"):
+        return SqlPersistence(f"sqlite:///{tmp}/w7-{uuid.uuid4().hex[:8]}.db", writer_process=kind == "sqlite")
     return SqlPersistence(pg, schema=_pg_schema(pg), engine_options=json.loads(os.environ.get("W7_PG_ENGINE", "{}")))
 
 
@@ -270,7 +278,7 @@ def main() -> None:
                 for v in variants:
                     if v == "bare":
                         r = asyncio.run(run_bare(n, conc))
-                    elif v in ("memory", "sqlite", "postgres"):
+                    elif v in ("memory", "sqlite", "sqlite-inline", "postgres"):
                         r = asyncio.run(run_we0(make_store(v, tmp, a.pg), n, conc))
                     elif v.endswith("-invoke"):
                         r = asyncio.run(run_invoke(make_store(v[:-7], tmp, a.pg), n, conc))
@@ -289,13 +297,15 @@ def main() -> None:
         finally:
             if a.pg and any(v.startswith("postgres") for v in variants):
                 _drop_pg_schemas(a.pg)
-    print(f"{'variant':16} {'wall s':>7} {'ratio':>6} {'CPU ms/item':>12} {'step p50 ms':>12} {'p99 ms':>8}   (median of runs)")
+    print(f"{'variant':16} {'wall s':>7} {'ratio':>6} {'CPU ms/item':>12} {'+child':>7} {'step p50 ms':>12} "
+          f"{'p99 ms':>8}   (median of runs)")
     for v in variants:
         rs = results[v]
         med = lambda k: statistics.median(r[k] for r in rs)  # noqa: E731
         walls = ", ".join(f"{r['wall']:.2f}" for r in rs)
         extra = f"  items/process {rs[-1]['items_per_proc']}" if "items_per_proc" in rs[-1] else ""
-        print(f"{v:16} {med('wall'):7.2f} {med('wall') / ideal:5.2f}x {med('cpu_ms_item'):12.2f} "
+        child = statistics.median(r.get("child_ms_item", 0.0) for r in rs)
+        print(f"{v:16} {med('wall'):7.2f} {med('wall') / ideal:5.2f}x {med('cpu_ms_item'):12.2f} {child:7.2f} "
               f"{med('p50'):12.2f} {med('p99'):8.2f}   walls: {walls}{extra}")
 
 
