@@ -304,8 +304,8 @@ def main() -> None:
         med = lambda k: statistics.median(r[k] for r in rs)  # noqa: E731
         walls = ", ".join(f"{r['wall']:.2f}" for r in rs)
         extra = f"  items/process {rs[-1]['items_per_proc']}" if "items_per_proc" in rs[-1] else ""
-        child = statistics.median(r.get("child_ms_item", 0.0) for r in rs)
-        print(f"{v:16} {med('wall'):7.2f} {med('wall') / ideal:5.2f}x {med('cpu_ms_item'):12.2f} {child:7.2f} "
+        kid = statistics.median(r.get("child_ms_item", 0.0) for r in rs)
+        print(f"{v:16} {med('wall'):7.2f} {med('wall') / ideal:5.2f}x {med('cpu_ms_item'):12.2f} {kid:7.2f} "
               f"{med('p50'):12.2f} {med('p99'):8.2f}   walls: {walls}{extra}")
 
 
