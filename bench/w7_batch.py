@@ -8,9 +8,9 @@ the commits, and any wait for the event loop), p50 / p99. Variants:
 
 * ``bare``: asyncio + ``Semaphore(100)`` sleeping the same 4 × 50 ms (the limit);
 * ``memory``, ``sqlite``, ``postgres``: ``agent.batch`` on that store (postgres needs
-  ``WE0NB_TEST_POSTGRES_URL`` or ``--pg URL``); ``sqlite`` writes through SQLite's writer
-  process (its CPU is the ``+child`` column), ``sqlite-inline`` on the loop's thread
-  (``SqlPersistence(writer_process=False)``);
+  ``WE0NB_TEST_POSTGRES_URL`` or ``--pg URL``); ``sqlite`` writes on the loop's thread (the
+  default), ``sqlite-writer`` through SQLite's opt-in writer process
+  (``SqlPersistence(writer_process=True)``; its CPU is the ``+child`` column);
 * ``memory-invoke``, ``sqlite-invoke``, ``postgres-invoke``: the same items as plain
   ``agent.invoke`` calls under a Semaphore (the engine alone: what the batch adds is the difference);
 * ``postgres-3proc``: 3 processes calling ``agent.batch(prompts, name=same)`` on one
@@ -148,8 +148,8 @@ def make_store(kind: str, tmp: str, pg: Optional[str]) -> Any:
 
     if kind == "memory":
         return MemoryPersistence()
-    if kind in ("sqlite", "sqlite-inline"):
-        return SqlPersistence(f"sqlite:///{tmp}/w7-{uuid.uuid4().hex[:8]}.db", writer_process=kind == "sqlite")
+    if kind in ("sqlite", "sqlite-writer"):
+        return SqlPersistence(f"sqlite:///{tmp}/w7-{uuid.uuid4().hex[:8]}.db", writer_process=kind == "sqlite-writer")
     return SqlPersistence(pg, schema=_pg_schema(pg), engine_options=json.loads(os.environ.get("W7_PG_ENGINE", "{}")))
 
 
@@ -278,7 +278,7 @@ def main() -> None:
                 for v in variants:
                     if v == "bare":
                         r = asyncio.run(run_bare(n, conc))
-                    elif v in ("memory", "sqlite", "sqlite-inline", "postgres"):
+                    elif v in ("memory", "sqlite", "sqlite-writer", "postgres"):
                         r = asyncio.run(run_we0(make_store(v, tmp, a.pg), n, conc))
                     elif v.endswith("-invoke"):
                         r = asyncio.run(run_invoke(make_store(v[:-7], tmp, a.pg), n, conc))

@@ -72,8 +72,9 @@ async def test_a_batch_writes_through_one_writer_process_and_stores_what_inline_
         tmp_path: Path, starts: list[SqliteWriter]) -> None:
     prompts = [f"p{i}" for i in range(24)]
     results = {}
-    for mode in (True, False):
-        store = SqlPersistence(f"sqlite:///{tmp_path / f'w{mode}.db'}", writer_process=mode)
+    for mode in (True, None):
+        options = {"writer_process": True} if mode else {}  # the default keeps the writes on the loop
+        store = SqlPersistence(f"sqlite:///{tmp_path / f'w{mode}.db'}", **options)
         batch = await _agent(store).batch(prompts, concurrency=6, progress=False)
         assert batch.counts == {"stop": len(prompts)}
         results[mode] = (await _shape(store, list(batch.df["session_id"])), list(batch.df["tool_calls"]))
@@ -81,7 +82,7 @@ async def test_a_batch_writes_through_one_writer_process_and_stores_what_inline_
         await store.close()
     assert len(starts) == 1  # the writer-process store, once for the whole batch
     assert starts[0].proc.poll() == 0  # it exited on its own, at the end of its input
-    assert results[True] == results[False]
+    assert results[True] == results[None]
 
 
 async def _running_writer(store: SqlPersistence) -> SqliteWriter:
@@ -96,7 +97,7 @@ async def _running_writer(store: SqlPersistence) -> SqliteWriter:
 
 
 async def test_an_error_at_the_writer_is_the_same_persistence_error_and_writes_nothing(tmp_path: Path) -> None:
-    store = SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}")
+    store = SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}", writer_process=True)
     await _running_writer(store)
     sid = new_id("ses")
     u, t = user_write(sid, "body")
@@ -113,7 +114,7 @@ async def test_an_error_at_the_writer_is_the_same_persistence_error_and_writes_n
 
 
 async def test_a_writer_that_dies_fails_its_statements_and_the_store_writes_inline_again(tmp_path: Path) -> None:
-    store = SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}")
+    store = SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}", writer_process=True)
     w = await _running_writer(store)
     os.kill(w.proc.pid, signal.SIGKILL)
     await asyncio.wait_for(asyncio.shield(w.ended), 10)
@@ -149,7 +150,7 @@ async def test_a_cancel_while_a_statement_is_at_the_writer_comes_after_its_outco
 
 
 async def test_a_lease_taken_and_released_through_the_writer(tmp_path: Path) -> None:
-    store = SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}")
+    store = SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}", writer_process=True)
     await _running_writer(store)
     lease = await store.acquire_lease("s1", "run_1")
     assert (await store._inline.fetchall("lease_get", {"sid": "s1"}))[0][0] == lease.owner
@@ -160,7 +161,7 @@ async def test_a_lease_taken_and_released_through_the_writer(tmp_path: Path) -> 
 
 
 async def test_an_in_memory_database_keeps_its_writes_on_the_loop() -> None:
-    store = SqlPersistence("sqlite://")
+    store = SqlPersistence("sqlite://", writer_process=True)
     await store.list_sessions()
     store._inline.want_writer()
     await store._inline.wanted[asyncio.get_running_loop()]

@@ -12,8 +12,8 @@ checkpoints (the only fsyncs under NORMAL) run on a background thread every
 :attr:`~InlineSqlite.CHECKPOINT_EVERY` commits, and :meth:`~InlineSqlite.close` joins that
 thread and closes the connection (which checkpoints) off the loop.
 
-While several runs of one loop write at once (a batch), every write goes to a writer process
-instead (:mod:`.sqlite_writer`: SQLite's work on the other core); the reads stay here.
+With ``writer_process`` (opt-in), while several runs of one loop write at once (a batch), every
+write goes to a writer process instead (:mod:`.sqlite_writer`: SQLite's work on the other core); the reads stay here.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class InlineSqlite:
     MAX_BACKOFF = 0.025
 
     def __init__(self, database: str, uri: bool, synchronous: str, busy_timeout: float, where: str,
-                 writer_process: bool = True):
+                 writer_process: bool = False):
         self.database, self.uri, self.where = database, uri, where
         self.synchronous, self.busy_timeout = synchronous, busy_timeout
         self.lock = threading.RLock()  # the checkpoint thread and close() use the connection too

@@ -7,6 +7,10 @@ then win it back from the busy loop (up to the 5 ms switch interval each time). 
 its own GIL: the loop pickles each transaction's rows (a few µs) and the writer
 (:mod:`.sqlite_writer_process`) runs them on the machine's other core.
 
+Opt-in (``SqlPersistence(writer_process=True)``): on 2 shared cores W7 measured no clear gain
+— the loop's pickling and pipe reads cost about what SQLite's calls did, and the process
+spends ~1.5–2 ms of CPU per item of its own.
+
 How: while several runs of one event loop write to a SQLite *file* (a batch), the store starts
 one :class:`SqliteWriter` for that loop, and every write of :class:`~.inline.InlineSqlite` —
 commits, lease and batch statements — goes to it at once (no wait for a pass of the loop); the
