@@ -119,7 +119,7 @@ async def test_a_writer_that_dies_fails_its_statements_and_the_store_writes_inli
     os.kill(w.proc.pid, signal.SIGKILL)
     await asyncio.wait_for(asyncio.shield(w.ended), 10)
     with pytest.raises(PersistenceError, match="writer process .* ended"):
-        await w.together([([("upsert_part", [part_row(user_write(new_id("ses"), "x")[1])])], None)])
+        await w.call([([("upsert_part", [part_row(user_write(new_id("ses"), "x")[1])])], None)])
     assert store._inline.writer() is None
     sid = new_id("ses")
     u, t = user_write(sid, "after")

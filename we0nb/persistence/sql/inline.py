@@ -95,12 +95,7 @@ class InlineSqlite:
 
     async def execute(self, key: str, params: dict[str, Any]) -> int:
         """One statement, committed (autocommit); returns its row count."""
-        w = self.writer()
-        if w is not None:
-            n: int = await w.call(("execute", (key, params)))
-            self._committed()
-            return n
-        return await self._retry(self._execute, key, params)
+        return await self._write(("execute", (key, params)), self._execute, key, params)
 
     async def fetchall(self, key: str, params: dict[str, Any]) -> list[Any]:
         return await self._retry(self._fetchall, key, params)
@@ -109,33 +104,18 @@ class InlineSqlite:
         """``ops`` in one transaction. ``guard``: a statement run first that must change one row,
         else nothing is written and the result is False."""
         commits = [(ops, guard)]
-        w = self.writer()
-        if w is not None:  # many runs write at once: on the writer process's core
-            written = await w.together(commits)
-            self._committed()
-            return written[0]
-        return (await self._retry(self._together, commits))[0]
+        return (await self._write(commits, self._together, commits))[0]
 
     commit = transaction  # a run's commit (alone; runs that write at once go through sqlite_group.py)
 
     async def together(self, commits: Sequence[tx.Commit]) -> list[bool]:
         """Several ``(ops, guard)`` commits in one transaction: for each, whether it was written
         (its guard changed one row). An error writes none of them."""
-        w = self.writer()
-        if w is not None:  # many runs write at once: on the writer process's core
-            written = await w.together(commits)
-            self._committed()
-            return written
-        return await self._retry(self._together, commits)
+        return await self._write(list(commits), self._together, commits)
 
     async def statements(self, queries: Sequence[tuple[str, dict[str, Any], bool]]) -> list[Any]:
         """``(key, params, rows)`` statements in one transaction: each one's rows (``rows``) or row count."""
-        w = self.writer()
-        if w is not None:
-            out: list[Any] = await w.call(("statements", queries))
-            self._committed()
-            return out
-        return await self._retry(self._statements, queries)
+        return await self._write(("statements", queries), self._statements, queries)
 
     def together_now(self, commits: Sequence[tx.Commit]) -> list[bool]:
         """:meth:`together` at once, on this thread; raises :class:`Busy` when the database is locked."""
@@ -216,6 +196,16 @@ class InlineSqlite:
         await at_shutdown(loop, self.shutdown_guards, self.stop_writer)  # if the loop ends first
 
     # ------------------------------------------------------------------ running a statement
+
+    async def _write(self, request: Any, fn: Callable[..., T], *args: Any) -> T:
+        """A write: at the running loop's writer process when it has one (``request``, see
+        :mod:`.sqlite_writer_process`), else ``fn(conn, *args)`` here."""
+        w = self.writer()
+        if w is None:
+            return await self._retry(fn, *args)
+        out: T = await w.call(request)
+        self._committed()
+        return out
 
     async def _retry(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(conn, *args)`` now; while the database is locked, again after an async sleep."""

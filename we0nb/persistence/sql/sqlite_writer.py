@@ -34,22 +34,20 @@ import asyncio
 import collections
 import logging
 import os
-import pickle
 import sqlite3
 import subprocess
 import sys
-from typing import Any, Optional, Sequence, TypeVar
+from typing import Any, Optional, TypeVar
 
 from ...errors import PersistenceError
+from . import sqlite_frames
 from .errors import wrap
-from .sqlite_tx import Commit
 
 __all__ = ["SqliteWriter", "outcome", "writer_possible"]
 
 log = logging.getLogger("we0nb.persistence.sql")
 
 _PROCESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sqlite_writer_process.py")
-_PICKLE = pickle.HIGHEST_PROTOCOL
 
 T = TypeVar("T")
 
@@ -66,10 +64,10 @@ def writer_possible() -> bool:
 
 
 class SqliteWriter:
-    """One writer process, for one event loop: :meth:`send` a request, its answer resolves the future.
+    """One writer process, for one event loop: :meth:`call` sends a request and returns its answer.
 
     Its pipes are non-blocking and read by the loop (``add_reader``) — and, to save a pass, by
-    the caller itself: :meth:`together` sends, yields once, and by then the answer is usually in
+    the caller itself: :meth:`call` sends, yields once, and by then the answer is usually in
     the pipe (the process writes a group in well under a pass of a busy loop).
     """
 
@@ -105,14 +103,6 @@ class SqliteWriter:
         w.usable = True
         return w
 
-    def send(self, commits: Sequence[Commit]) -> "asyncio.Future[list[bool]]":
-        """Send ``commits`` (one transaction, as :func:`.sqlite_tx.together`) at once; the future
-        gets, for each, whether it was written."""
-        return self._frame(commits)
-
-    async def together(self, commits: Sequence[Commit]) -> list[bool]:
-        return await self.call(commits)
-
     async def call(self, request: Any) -> Any:
         """A request's answer (see :mod:`.sqlite_writer_process`), one pass after sending it if it is back."""
         fut = self._frame(request)
@@ -129,8 +119,7 @@ class SqliteWriter:
         if self.gone or self.wfd < 0:
             fut.set_exception(self._gone_error())
             return fut
-        data = pickle.dumps(obj, protocol=_PICKLE)
-        frame = len(data).to_bytes(4, "big") + data
+        frame = sqlite_frames.encode([obj])
         self.pending.append(fut)
         if self._out:
             self._out += frame
@@ -190,24 +179,16 @@ class SqliteWriter:
         """Take the answers that are in the pipe (never waits)."""
         if self.gone:
             return
-        try:
-            data = os.read(self.rfd, 1 << 20)
-        except BlockingIOError:
+        data = _read_now(self.rfd, 1 << 20)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self._end()
             return
-        buf = self._buf
-        buf += data
-        start = 0
-        while len(buf) - start >= 4:
-            n = int.from_bytes(buf[start:start + 4], "big")
-            if len(buf) - start - 4 < n:
-                break
-            answer = pickle.loads(buf[start + 4:start + 4 + n])
-            start += 4 + n
+        self._buf += data
+        answers, end = sqlite_frames.decode(self._buf)
+        del self._buf[:end]
+        for answer in answers:
             fut = self.pending.popleft()
             if fut.done():  # its caller left, and so did outcome(): nothing waits for it
                 continue
@@ -215,16 +196,11 @@ class SqliteWriter:
                 fut.set_result(answer[1])
             else:
                 fut.set_exception(self._error(answer[1], answer[2]))
-        if start:
-            del buf[:start]
 
     def _read_err(self) -> None:
-        try:
-            data = os.read(self.efd, 1 << 16)
-        except BlockingIOError:
+        data = _read_now(self.efd, 1 << 16)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self.loop.remove_reader(self.efd)
             return
@@ -262,6 +238,16 @@ class SqliteWriter:
             f"The SQLite writer process of {self.where} ended (exit code {code}{why}) with statements "
             "unanswered: each may or may not have been written, as after a crash. Resume the runs "
             "(mode='resume'); further writes run on the event loop's own connection.")
+
+
+def _read_now(fd: int, size: int) -> Optional[bytes]:
+    """What a non-blocking pipe holds: None when nothing is there yet, ``b""`` once it is closed."""
+    try:
+        return os.read(fd, size)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
 
 
 async def outcome(fut: "asyncio.Future[T]") -> T:

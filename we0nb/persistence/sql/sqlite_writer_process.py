@@ -1,8 +1,8 @@
 """The SQLite writer process: the write transactions of one event loop, in order, on another core.
 
 Started by :mod:`.sqlite_writer` as ``python -I <this file>``; standard library only (it loads
-:mod:`.sqlite_tx` by path, not the we0nb package, so it starts in a few milliseconds). On
-standard input, frames of a 4-byte big-endian length and a pickle: first the configuration
+:mod:`.sqlite_tx` and :mod:`.sqlite_frames` by path, not the we0nb package, so it starts in a
+few milliseconds). On standard input, frames (:mod:`.sqlite_frames`): first the configuration
 (database, uri, synchronous, busy timeout, the statements' texts), then requests: a
 list of commits (:func:`.sqlite_tx.together`), ``("statements", queries)`` or
 ``("execute", (key, params))``. Each gets one answer on standard output, in
@@ -18,68 +18,52 @@ half-way (a transaction is all or nothing).
 
 from __future__ import annotations
 
+import collections
 import os
-import pickle
 import signal
 import sqlite3
 import sys
 from typing import Any, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sqlite_tx  # noqa: E402  (by path: see the docstring)
+import sqlite_frames  # noqa: E402  (by path: see the docstring)
+import sqlite_tx  # noqa: E402
 
 
 class _Frames:
     """Frames from a file descriptor: :meth:`next` waits for one; :meth:`ready` takes those already here."""
 
     def __init__(self, fd: int):
-        self.fd, self.buf, self.start = fd, bytearray(), 0
+        self.fd, self.buf = fd, bytearray()
+        self.have: collections.deque[Any] = collections.deque()  # decoded, not taken yet
         self.eof = False
 
-    def _take(self) -> Optional[Any]:
-        buf, i = self.buf, self.start
-        if len(buf) - i < 4:
-            return None
-        n = int.from_bytes(buf[i:i + 4], "big")
-        if len(buf) - i - 4 < n:
-            return None
-        self.start = i + 4 + n
-        return pickle.loads(buf[i + 4:i + 4 + n])
-
     def _fill(self) -> None:
-        if self.start:
-            del self.buf[:self.start]
-            self.start = 0
         data = os.read(self.fd, 1 << 20)
         if not data:
             self.eof = True
         self.buf += data
+        frames, end = sqlite_frames.decode(self.buf)
+        del self.buf[:end]
+        self.have.extend(frames)
 
     def next(self) -> Optional[Any]:
         """The next frame, waiting for it; None at the end of the input."""
-        while True:
-            frame = self._take()
-            if frame is not None or self.eof:
-                return frame
+        while not self.have:
+            if self.eof:
+                return None
             self._fill()
+        return self.have.popleft()
 
     def ready(self) -> list[Any]:
         """The frames already read in full (no wait)."""
-        out = []
-        while True:
-            frame = self._take()
-            if frame is None:
-                return out
-            out.append(frame)
+        out = list(self.have)
+        self.have.clear()
+        return out
 
 
 def _write(out: int, replies: list[Any]) -> None:
-    data = bytearray()
-    for reply in replies:
-        body = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-        data += len(body).to_bytes(4, "big")
-        data += body
-    view = memoryview(data)
+    view = memoryview(sqlite_frames.encode(replies))
     while view:
         view = view[os.write(out, view):]
 

@@ -14,7 +14,8 @@ The package, one concern per module:
 * ``pg_group.py`` — PostgreSQL's group commit: what many runs send at once, in one round trip;
 * ``sqlite_group.py`` — SQLite's group commit: what many runs commit in one pass of the loop, in one transaction;
 * ``sqlite_writer.py`` — SQLite's writer process for many runs at once (``sqlite_writer_process.py``, the
-  process; ``sqlite_tx.py``, the transactions both it and ``inline.py`` run);
+  process; ``sqlite_tx.py``, the transactions both it and ``inline.py`` run; ``sqlite_frames.py``, the
+  frames on the pipes between them);
 * ``engine.py`` — SQLAlchemy asyncio engines (an engine passed in, aiosqlite, PostgreSQL with other
   ``engine_options``);
 * ``loops.py`` — a loop's connections closed on that loop when it shuts down;
