@@ -74,7 +74,8 @@ def we0_agent(persistence: Any, timeline: Timeline) -> Any:
         n = sum(1 for m in request.messages if isinstance(m, ToolResult))
         return [tool_call("lookup", {"n": n})] if n < CALLS - 1 else [text("done")]
 
-    return We0Agent(FunctionModel(reply), tools=[lookup], persistence=persistence)
+    # keep_requests=False: like a real model (and pydantic-ai's FunctionModel), it keeps no request
+    return We0Agent(FunctionModel(reply, keep_requests=False), tools=[lookup], persistence=persistence)
 
 
 def prompts(n: int) -> list[str]:

@@ -1,7 +1,9 @@
 """A run end to end: events, tools in order, errors the model sees, structured output, leases."""
 
 import asyncio
+import gc
 import threading
+import weakref
 
 import pytest
 from pydantic import BaseModel
@@ -220,6 +222,21 @@ async def test_function_model_decides_from_the_history():
     agent = We0Agent(FunctionModel(reply), tools=make_tools(log))
     r = await agent.invoke(session_id=SID, messages=[user_message("q")])
     assert r.text == "tool said size of x"
+
+
+async def test_function_model_keeps_its_requests_unless_told_not_to():
+    seen = []
+
+    def reply(request):
+        seen.append(weakref.ref(request))
+        return [text("ok")]
+
+    kept, dropped = FunctionModel(reply), FunctionModel(reply, keep_requests=False)
+    for model in (kept, dropped):
+        await We0Agent(model).invoke(messages=[user_message("q")])
+    gc.collect()
+    assert [m.messages[-1].text for m in kept.requests] == ["q"] and seen[0]() is kept.requests[0]
+    assert dropped.requests == [] and seen[1]() is None  # nothing else holds a request after its run
 
 
 class City(BaseModel):

@@ -207,21 +207,27 @@ class FunctionModel(Model):
     """A model whose reply a function decides.
 
     ``function(request)`` returns a list of script items (or an awaitable of one, or an
-    async iterator of items). ``requests`` lists every request received.
+    async iterator of items). ``requests`` lists every request received — unless
+    ``keep_requests=False``, for long batches: each request holds its run's whole history, and
+    kept they would stay in memory (and in every full collection of the garbage collector)
+    until the model is dropped.
     """
 
     def __init__(self, function: Callable[[ModelRequest], Any], *, delay: float = 0.0,
-                 model_id: str = "function", context_window: Optional[int] = None):
+                 model_id: str = "function", context_window: Optional[int] = None,
+                 keep_requests: bool = True):
         if not callable(function):
             raise TypeError("FunctionModel(function): expected a callable taking a ModelRequest.")
         self.function = function
         self.delay = float(delay)
         self.model_id = model_id
         self.context_window = context_window
+        self.keep_requests = bool(keep_requests)
         self.requests: list[ModelRequest] = []
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:  # type: ignore[override]
-        self.requests.append(request)
+        if self.keep_requests:
+            self.requests.append(request)
         reply = self.function(request)
         if inspect.isawaitable(reply):
             reply = await reply
