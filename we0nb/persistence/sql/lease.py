@@ -166,14 +166,14 @@ async def _renew(store: Any, lease: Lease, held: dict[tuple[str, str], Lease]) -
     except PersistenceError as e:  # a busy or unreachable database: try again at the next tick
         log.warning("could not renew the lease of session %r: %s", lease.session_id, e)
         return True
-    if n == 0 and held.get((lease.session_id, lease.owner)) is not lease:
+    if n != 0:
+        return True
+    if held.get((lease.session_id, lease.owner)) is not lease:
         return False  # released while its renewal was on the way: nothing was lost
-    if n == 0:
-        lease.mark_lost(taken_by)
-        log.warning("the lease of session %r (%s) was taken over by %s", lease.session_id, lease.owner,
-                    taken_by or "nobody (it was released)")
-        return False
-    return True
+    lease.mark_lost(taken_by)
+    log.warning("the lease of session %r (%s) was taken over by %s", lease.session_id, lease.owner,
+                taken_by or "nobody (it was released)")
+    return False
 
 
 async def release(store: Any, lease: Lease) -> None:
