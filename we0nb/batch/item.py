@@ -59,7 +59,8 @@ async def run_item(agent: Any, it: BatchItem, stop: asyncio.Event, *, own_sessio
     if it.attempts > 1 and (await store.load_transcript(it.session_id)).messages:
         mode, messages = "resume", None
     request = agent.build_request(abort=stop, mode=mode, session_id=it.session_id, messages=messages)
-    run = Run(agent, request, structured=agent.output_type is not None, copies=False)  # (reads each event once)
+    # (it reads each event once, and nobody watches it live)
+    run = Run(agent, request, structured=agent.output_type is not None, copies=False, pipelined=True)
     output_tool = agent.output_tool_name if agent.output_type is not None else None
     counts, seen_tools = _Counts(), set()
     started = False

@@ -21,7 +21,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
 
 from .._ids import now
 from .._text import SurrogateJoiner, clean, clean_json
@@ -76,12 +76,40 @@ async def close_stream(stream: Any) -> None:
         log.warning("closing the model stream failed: %s: %s", type(e).__name__, e)
 
 
+_END, _TAKEN = object(), object()
+
+
+class _Prepended:
+    """A model stream with its first event already read (``_END``: it had none)."""
+
+    __slots__ = ("first", "rest")
+
+    def __init__(self, first: Any, rest: AsyncIterator[Any]) -> None:
+        self.first, self.rest = first, rest
+
+    def __aiter__(self) -> "_Prepended":
+        return self
+
+    async def __anext__(self) -> Any:
+        first = self.first
+        if first is _TAKEN:
+            return await self.rest.__anext__()
+        self.first = _TAKEN
+        if first is _END:
+            raise StopAsyncIteration
+        return first
+
+
 class StepProcessor:
     """Turns the model stream of one step into the parts of ``msg`` and stream events."""
 
-    def __init__(self, state: "RunState", msg: MessageWithParts) -> None:
+    def __init__(self, state: "RunState", msg: MessageWithParts,
+                 started: Optional[Callable[[], AsyncIterator[dict[str, Any]]]] = None) -> None:
+        """``started``: the step's start is still being committed (a pipelined run): its events,
+        yielded once the model's first event is in and before anything is done with it."""
         self.state = state
         self.msg = msg
+        self.started = started
         self.info: AssistantMessage = msg.info  # type: ignore[assignment]
         #: the model's finish event (None: it sent none, a default finish is used)
         self.finish: Optional[FinishEvent] = None
@@ -99,6 +127,14 @@ class StepProcessor:
         try:
             stream = state.agent.model.stream(request)
             it = stream.__aiter__()
+            if self.started is not None:
+                try:
+                    first: Any = await scope.next(it)
+                except StopAsyncIteration:
+                    first = _END
+                async for out in self.started():
+                    yield out
+                it = _Prepended(first, it)
             while True:
                 try:
                     ev = await scope.next(it)

@@ -62,15 +62,24 @@ def _same(m: Any) -> Any:
 class Run:
     """One run of the loop for one validated :class:`RunRequest`."""
 
-    def __init__(self, agent: AgentSettings, request: RunRequest, *, structured: bool, copies: bool = True):
+    def __init__(self, agent: AgentSettings, request: RunRequest, *, structured: bool, copies: bool = True,
+                 pipelined: bool = False):
         """``copies=False``: events carry the live parts and messages instead of copies — only
         for a consumer of this package that reads each event at once and keeps none of them
-        (a batch item: it saves a tenth of a step's CPU)."""
+        (a batch item: it saves a tenth of a step's CPU).
+
+        ``pipelined``: on a store whose commits wait (:attr:`~we0nb.persistence.base.Persistence.
+        commit_waits`), a step's start is committed while its model call goes out, and the step's
+        first events (the previous step's end, ``step-start``) come with the model's first event —
+        for a consumer that watches no run live (a batch item: one commit's wait fewer per step).
+        A crash before that commit has landed is a crash before the step: nothing of the reply
+        has been kept, yielded or acted on."""
         self.agent = agent
         self.req = request
         self.p = agent.persistence
         self.structured = structured
         self.copies = copies
+        self.pipelined = pipelined and agent.persistence.commit_waits and not agent.toolset.sources
         self.result: Optional[RunResult] = None
 
     # ------------------------------------------------------------------ the run
@@ -317,21 +326,14 @@ class Run:
         start = StepStartPart(id=state.ids("prt"), session_id=sid, message_id=info.id, time=t0)
         msg.parts.append(start)
         # durability point: the unfinished message exists (committed with the previous step's end)
-        await writer.write(info, start)
-        held = writer.take_held_events()
-        if held:
-            for ev in held:
+        if self.pipelined:  # (sent now; the processor waits for it before it uses the model's reply)
+            writer.write_soon(info, start)
+            processor = StepProcessor(state, msg, started=lambda: self._started(info, request))
+        else:
+            await writer.write(info, start)
+            async for ev in self._started(info, request):
                 yield ev
-            if state.scope.is_set:  # aborted on the previous step's end: as if this step had not started
-                await self.p.delete_messages(sid, [info.id])
-                state.messages.pop()
-                state.steps -= 1
-                raise Aborted
-        if state.steps > 1 and agent.toolset.sources:  # (after the commit above: it holds the last step's end)
-            await state.refresh_tools()  # an MCP server's tools may have changed, or it restarted
-            request.tools = list(state.tools.schemas)
-        yield {"type": "step-start", "step": state.steps, "message": state.snap(info)}
-        processor = StepProcessor(state, msg)
+            processor = StepProcessor(state, msg)
         async for ev in processor.run(request):
             yield ev
         calls = msg.tool_parts
@@ -346,6 +348,26 @@ class Run:
             return
         async for ev in self._finish_step(msg, processor, calls, output):
             yield ev
+
+    async def _started(self, info: AssistantMessage, request: Any) -> AsyncIterator[dict[str, Any]]:
+        """Once the step's start is committed: the previous step's end events (now durable), then
+        ``step-start``. An abort set by then (by the consumer of those events too) undoes the
+        step, as if it had not started."""
+        state, writer = self.state, self.state.writer
+        await writer.settle()
+        held = writer.take_held_events()
+        if held:
+            for ev in held:
+                yield ev
+            if state.scope.is_set:
+                await self.p.delete_messages(self.req.session_id, [info.id])
+                state.messages.pop()
+                state.steps -= 1
+                raise Aborted
+        if state.steps > 1 and self.agent.toolset.sources:  # (after the commit above: it holds the last step's end)
+            await state.refresh_tools()  # an MCP server's tools may have changed, or it restarted
+            request.tools = list(state.tools.schemas)
+        yield {"type": "step-start", "step": state.steps, "message": state.snap(info)}
 
     def _close_step(self, msg: MessageWithParts, processor: StepProcessor,
                     calls: list[ToolPart]) -> tuple[AssistantMessage, StepFinishPart, list[dict[str, Any]]]:

@@ -13,7 +13,12 @@ The writer owns the three things that decide *when* something becomes durable:
   part the stream's end closed) goes with the next step's start or the run's end
   (:meth:`commit_held`); a prompt's user message goes with its first step's start. Nothing
   is run or yielded between the hold and that commit, so a crash sees the same states as
-  with a commit of its own, one fewer. Their events wait for it.
+  with a commit of its own, one fewer. Their events wait for it;
+* **a commit under way** — a batch item's step start is sent while its model call goes
+  out (:meth:`write_soon`), on a store whose commits wait (:attr:`~we0nb.persistence.base.
+  Persistence.commit_waits`); every later write, and the step's use of the model's reply,
+  waits for it first (:meth:`settle`), so commits land in the order they were made and
+  nothing of the reply is kept or acted on before the step's start is durable.
 
 Every commit carries the run's lease: a run that lost its session to another one raises
 :class:`~we0nb.LeaseLostError` at its next write and writes nothing more. A commit that
@@ -61,6 +66,8 @@ class Writer:
         #: the session's row, held for the next commit (a new session; the run's end time)
         self._session: Optional[Session] = None
         self._session_in_commit = _takes_session(type(persistence))
+        #: the commit :meth:`write_soon` started, until it has been waited for
+        self._pending: Optional["asyncio.Future[None]"] = None
 
     # ------------------------------------------------------------------ commits
 
@@ -75,11 +82,36 @@ class Writer:
     async def write(self, message: Optional[MessageInfo], *parts: Part,
                     final: Optional[MessageWithParts] = None, then: Sequence[Batch] = ()) -> None:
         """One commit: what a failed commit left and the held writes first, then ``message`` with
-        ``parts`` and every dirty part.
+        ``parts`` and every dirty part (after a commit still under way: :meth:`settle`).
 
         ``final``: the message is final with this write; its model view goes with it.
         ``then``: more ``(message, parts, view)`` writes in the same transaction.
         """
+        if self._pending is not None:
+            await self.settle()
+        await self._write(message, parts, final, then)
+
+    def write_soon(self, message: Optional[MessageInfo], *parts: Part) -> None:
+        """Start :meth:`write`'s commit and return at once; the next write, or :meth:`settle`,
+        waits for it (and raises its error). Only where nothing depends on it until then."""
+        self._pending = asyncio.ensure_future(self._write(message, parts, None, ()))
+
+    async def settle(self) -> None:
+        """Wait for the commit :meth:`write_soon` started (never cancelling it: a cancelled wait
+        leaves it to the next write); its error is raised here, once."""
+        pending = self._pending
+        if pending is None:
+            return
+        try:
+            await asyncio.shield(pending)
+        finally:
+            if pending.done():
+                self._pending = None
+                if not pending.cancelled():
+                    pending.exception()  # (seen: raised above, or by the wait that was cancelled)
+
+    async def _write(self, message: Optional[MessageInfo], parts: Sequence[Part],
+                     final: Optional[MessageWithParts], then: Sequence[Batch]) -> None:
         dirty = self.dirty
         if dirty:
             for part in parts:

@@ -125,6 +125,10 @@ class Persistence(abc.ABC):
     #: whether the store keeps model views (``upsert_batch(..., view=)``); the engine makes
     #: them only for such a store
     keeps_views: bool = False
+    #: whether a commit waits on something (a server's answer, a pass of the event loop): a
+    #: batch item then sends its step's start while the model is called (see
+    #: :meth:`we0nb.engine.writer.Writer.write_soon`); a store that answers at once gains nothing
+    commit_waits: bool = False
 
     # ---- sessions
     @abc.abstractmethod

@@ -96,6 +96,7 @@ class SqlPersistence(Persistence):
     """
 
     keeps_views = True
+    commit_waits = True
 
     def __init__(
         self,
