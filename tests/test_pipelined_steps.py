@@ -241,3 +241,162 @@ async def test_batch_items_run_pipelined() -> None:
                                                        progress=False), 20)
     assert batch.counts == {"stop": 6}
     assert sorted(batch.df["text"]) == sorted(f"done p{i}" for i in range(6))
+
+
+# --------------------------------------------------------------------------- commits sent soon
+
+
+class Slow(MemoryPersistence):
+    """Commits that take ``delay`` seconds; the ``fail``-th one (1-based) raises. Each commit's
+    texts are logged as it lands (the rows as of when it was made)."""
+
+    commit_waits = True
+
+    def __init__(self, delay: float = 0.02, fail: Optional[int] = None) -> None:
+        super().__init__()
+        self.delay, self.fail, self.made = delay, fail, 0
+        self.landed: list[list[str]] = []
+
+    async def commit(self, writes: Any, **kw: Any) -> None:
+        self.made += 1
+        n = self.made
+        texts = [p.text for _, parts, _ in writes for p in parts]
+        await asyncio.sleep(self.delay if n == 1 else 0)  # (the first is the slowest)
+        if n == self.fail:
+            raise PersistenceError("the database went away (on purpose)")
+        self.landed.append(texts)
+        await super().commit(writes, **kw)
+
+
+async def test_commits_sent_soon_land_one_after_the_other_in_the_order_they_were_made() -> None:
+    from sql_support import user_write
+    from we0nb.engine.writer import Writer
+
+    store = Slow()
+    w = Writer(store, None, 0.05)
+    for body in ("a", "b", "c"):
+        w.write_soon(*user_write("s", body))
+    assert store.landed == []  # (nothing waited for them yet)
+    await w.settle()
+    assert store.landed == [["a"], ["b"], ["c"]]  # the slow first one did not let the others pass it
+
+
+async def test_a_commit_sent_soon_that_fails_stops_the_ones_after_it_and_all_go_again_in_order() -> None:
+    from sql_support import user_write
+    from we0nb.engine.writer import Writer
+
+    store = Slow(fail=1)
+    w = Writer(store, None, 0.05)
+    w.write_soon(*user_write("s", "a"))
+    w.write_soon(*user_write("s", "b"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (its error is never left unretrieved)
+        with pytest.raises(PersistenceError, match="went away"):
+            await w.settle()
+        await w.settle()  # raised once
+    w.write_soon(*user_write("s", "c"))  # (sent: the failure has been seen)
+    await w.write(*user_write("s", "d"))
+    assert store.landed == [["a", "b", "c"], ["d"]]  # nothing of "b" landed before "a"
+    tr = await store.load_transcript("s")
+    assert tr.session is None  # (no session row was written: the rows are there all the same)
+
+
+async def test_a_write_made_after_an_unseen_failure_waits_with_the_failed_ones() -> None:
+    from sql_support import user_write
+    from we0nb.engine.writer import Writer
+
+    store = Slow(delay=0, fail=1)
+    w = Writer(store, None, 0.05)
+    w.write_soon(*user_write("s", "a"))
+    await asyncio.sleep(0.01)  # it failed; nobody has looked yet
+    w.write_soon(*user_write("s", "b"))  # kept, not sent past the failure
+    assert store.made == 1
+    with pytest.raises(PersistenceError):
+        await w.write(*user_write("s", "c"))
+    await w.write(None)
+    assert store.landed == [["a", "b", "c"]]
+
+
+class RunningGate(MemoryPersistence):
+    """A commit that carries a call's ``running`` state says so (``entered``) and waits until the
+    tool has run (``ran``): only a run that does not wait for that commit gets past it."""
+
+    commit_waits = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered, self.ran = asyncio.Event(), asyncio.Event()
+        self.stored: list[str] = []  # the call's status in the store each time the tool ran
+
+    async def commit(self, writes: Any, **kw: Any) -> None:
+        states = [p.state.status for _, parts, _ in copy.deepcopy(writes) for p in parts if isinstance(p, ToolPart)]
+        if "running" in states and not self.ran.is_set():
+            self.entered.set()
+            try:
+                await asyncio.wait_for(self.ran.wait(), 2)
+            except asyncio.TimeoutError:
+                raise PersistenceError("the tool did not run while its running state was being written") from None
+        await super().commit(writes, **kw)
+
+
+def _one_call_agent(store: Any, *, side_effects: bool) -> We0Agent:
+    async def probe() -> str:
+        """Runs while its own write-ahead is in the store (or waits for it to be sent)."""
+        tr = await store.load_transcript("t")
+        store.stored.append(next((p.state.status for m in tr.messages for p in m.tool_parts), "-"))
+        if not side_effects:
+            await asyncio.wait_for(store.entered.wait(), 2)
+        store.ran.set()
+        return "ok"
+
+    async def reply(request: Any) -> list:
+        done = any(isinstance(m, ToolResult) for m in request.messages)
+        return [text("done")] if done else [tool_call("probe", {})]
+
+    return We0Agent(FunctionModel(reply), tools=[tool(probe, side_effects=side_effects)], persistence=store)
+
+
+async def test_a_read_only_call_runs_while_its_running_state_is_sent_in_a_pipelined_run() -> None:
+    store = RunningGate()
+    events = await asyncio.wait_for(_events(_one_call_agent(store, side_effects=False), "t", pipelined=True), 10)
+    assert events[-1]["type"] == "finish"
+    tr = await store.load_transcript("t")
+    assert [p.state.status for m in tr.messages for p in m.tool_parts] == ["completed"]
+    # the plain path writes it ahead first: its commit waits for a tool that cannot run yet
+    store = RunningGate()
+    with pytest.raises(PersistenceError, match="did not run while"):
+        await asyncio.wait_for(_events(_one_call_agent(store, side_effects=False), "t", pipelined=False), 10)
+
+
+async def test_a_call_with_side_effects_waits_for_its_write_ahead_in_a_pipelined_run() -> None:
+    store = Gated(gate=False)
+    store.stored = []  # type: ignore[attr-defined]
+    store.entered, store.ran = asyncio.Event(), asyncio.Event()  # type: ignore[attr-defined]
+    events = await asyncio.wait_for(_events(_one_call_agent(store, side_effects=True), "t", pipelined=True), 10)
+    assert events[-1]["type"] == "finish"
+    assert store.stored == ["running"]  # type: ignore[attr-defined]  # durable before it ran
+
+
+async def test_a_read_only_calls_running_state_that_fails_fails_the_run_and_resume_finishes() -> None:
+    class FailRunning(MemoryPersistence):
+        commit_waits = True
+        failed = False
+
+        async def commit(self, writes: Any, **kw: Any) -> None:
+            running = any(isinstance(p, ToolPart) and p.state.status == "running"
+                          for _, parts, _ in writes for p in parts)
+            if running and not self.failed:
+                self.failed = True
+                raise PersistenceError("the database went away (on purpose)")
+            await super().commit(writes, **kw)
+
+    store = FailRunning()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(PersistenceError, match="went away"):
+            await asyncio.wait_for(_events(_agent(store, steps=2), "r", pipelined=True), 10)
+    tr = await store.load_transcript("r")
+    # what the run produced was written by its failure's own commit (the call as it ended)
+    assert [p.state.status for m in tr.messages for p in m.tool_parts] == ["completed"]
+    result = await _agent(store, steps=2).invoke(session_id="r", mode="resume")
+    assert result.result == "stop" and result.text == "done go r"

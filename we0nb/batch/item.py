@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -26,7 +27,9 @@ from ..messages import AssistantMessage, Transcript
 from ..persistence.batches import BatchItem, ItemEnd
 from .prompts import prompt_messages
 
-__all__ = ["ItemOutcome", "run_item", "RATE_LIMITED"]
+__all__ = ["ItemOutcome", "run_item", "released", "RATE_LIMITED"]
+
+log = logging.getLogger("we0nb.batch")
 
 #: the error text prefix of an item put back because its provider asked to slow down
 RATE_LIMITED = "rate limited"
@@ -40,6 +43,23 @@ class ItemOutcome:
     rate_limited: bool = False
     busy: bool = False
     error: Optional[BaseException] = field(default=None, repr=False)
+    #: the run's lease release under way (a pipelined run's: see :class:`~we0nb.engine.run.Run`):
+    #: the runner sends the item's end with it, then waits for it (:func:`released`)
+    release: Optional["asyncio.Future[None]"] = field(default=None, repr=False)
+
+
+async def released(outcome: ItemOutcome) -> None:
+    """Wait for the run's lease release (a failure is logged: the lease then expires by itself)."""
+    if outcome.release is not None:
+        await _released(outcome.release)
+
+
+async def _released(release: "asyncio.Future[None]") -> None:
+    try:
+        await asyncio.shield(release)
+    except Exception as e:
+        log.warning("could not release the lease of a batch item's session (it expires by itself): %s: %s",
+                    type(e).__name__, e)
 
 
 @dataclass
@@ -52,7 +72,22 @@ class _Counts:
 
 async def run_item(agent: Any, it: BatchItem, stop: asyncio.Event, *, own_sessions: bool,
                    backoff: float) -> ItemOutcome:
-    """Run ``it`` (claimed by the caller) until its turn ends, fails or ``stop`` is set."""
+    """Run ``it`` (claimed by the caller) until its turn ends, fails or ``stop`` is set. The
+    outcome's ``release`` is the caller's to wait for (:func:`released`)."""
+    holder: list[Run] = []
+    try:
+        outcome = await _run_item(agent, it, stop, holder, own_sessions=own_sessions, backoff=backoff)
+    except BaseException:
+        if holder and holder[0].released is not None:  # (the batch was cancelled: released before it goes)
+            await _released(holder[0].released)
+        raise
+    if holder:
+        outcome.release = holder[0].released
+    return outcome
+
+
+async def _run_item(agent: Any, it: BatchItem, stop: asyncio.Event, holder: list[Run], *, own_sessions: bool,
+                    backoff: float) -> ItemOutcome:
     t0 = time.monotonic()
     store = agent.persistence
     mode, messages = "prompt", prompt_messages(it.prompt)
@@ -61,6 +96,7 @@ async def run_item(agent: Any, it: BatchItem, stop: asyncio.Event, *, own_sessio
     request = agent.build_request(abort=stop, mode=mode, session_id=it.session_id, messages=messages)
     # (it reads each event once, and nobody watches it live)
     run = Run(agent, request, structured=agent.output_type is not None, copies=False, pipelined=True)
+    holder.append(run)
     output_tool = agent.output_tool_name if agent.output_type is not None else None
     counts, seen_tools = _Counts(), set()
     started = False

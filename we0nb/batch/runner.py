@@ -22,7 +22,7 @@ from typing import Any, Optional
 from .._ids import new_id, now
 from ..persistence.base import lease_owner
 from ..persistence.batches import BatchItem
-from .item import ItemOutcome, run_item
+from .item import ItemOutcome, released, run_item
 
 __all__ = ["Worker", "LIVE_WORKERS"]
 
@@ -123,8 +123,11 @@ class Worker:
                                      backoff=max(self.backoff, self.BACKOFF))
             goes_on = self._goes_on_after(outcome)
             t = now()
-            ended, items = await self.store.end_and_claim(self.name, it.item, self.owner, outcome.end,
-                                                          claim=1 if goes_on else 0, now=t, expires=t + self.ttl)
+            try:  # (the run's lease release, under way, goes to the store with this end and claim)
+                ended, items = await self.store.end_and_claim(self.name, it.item, self.owner, outcome.end,
+                                                              claim=1 if goes_on else 0, now=t, expires=t + self.ttl)
+            finally:
+                await released(outcome)
             self._ended(it, outcome, ended)
             if items:
                 self.progress.claimed(len(items))

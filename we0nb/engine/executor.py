@@ -5,6 +5,12 @@ The write-ahead is the rule that makes resume safe: a call is committed as ``run
 execution or a ``running`` part that recovery interrupts (side effects) or recalls
 (read-only). Execution itself is :meth:`ToolDefinition.call`; this module adds the
 durability, the abort, and the error texts the model sees.
+
+A read-only call (``side_effects=False``) needs no write-ahead: recovery runs it again
+whether it finds it pending or running. In a pipelined run (a batch item on a store whose
+commits wait) its ``running`` state is therefore sent while it runs, not awaited first; its
+end state lands after it (the writer keeps their order). A call with side effects always
+waits for its write-ahead.
 """
 
 from __future__ import annotations
@@ -127,7 +133,10 @@ class ToolExecutor:
                                           time=ToolTime(start=None, end=now()))
             else:
                 tp.state = ToolStateRunning(input=dict(tp.state.input), time=ToolTime(start=now()))
-                await state.writer.write(None, tp)           # write-ahead: durable before the tool runs
+                if state.pipelined and not definition.policy.side_effects:
+                    state.writer.write_soon(None, tp)  # read-only: sent while it runs (see the module)
+                else:
+                    await state.writer.write(None, tp)  # write-ahead: durable before the tool runs
                 yield {"type": "tool", "part": state.snap(tp)}
                 state.scope.check()
                 tp.state = await self._run(definition, kwargs, tp.state, meta)

@@ -73,7 +73,10 @@ class Run:
         first events (the previous step's end, ``step-start``) come with the model's first event —
         for a consumer that watches no run live (a batch item: one commit's wait fewer per step).
         A crash before that commit has landed is a crash before the step: nothing of the reply
-        has been kept, yielded or acted on."""
+        has been kept, yielded or acted on. A read-only call's ``running`` state is sent while
+        the call runs (:mod:`~we0nb.engine.executor`), and the session's lease is released in a
+        task of its own, :attr:`released`, which the consumer awaits (so the release goes to the
+        store with what the consumer sends next)."""
         self.agent = agent
         self.req = request
         self.p = agent.persistence
@@ -81,6 +84,10 @@ class Run:
         self.copies = copies
         self.pipelined = pipelined and agent.persistence.commit_waits and not agent.toolset.sources
         self.result: Optional[RunResult] = None
+        #: a pipelined run's lease release, under way once the run has ended (None: not started,
+        #: or released before the run ended)
+        self.released: Optional["asyncio.Future[None]"] = None
+        self._stored: Optional[Session] = None  # the session as read with the lease
 
     # ------------------------------------------------------------------ the run
 
@@ -89,12 +96,12 @@ class Run:
         req = self.req
         if req.abort.is_set():
             raise asyncio.CancelledError("aborted before the run started")
-        lease = await self.p.acquire_lease(req.session_id, req.run_id)
+        lease, self._stored = await self.p.lease_and_session(req.session_id, req.run_id)
         scope = AbortScope(req.abort)
         scope.start()
         writer = Writer(self.p, lease, self.agent.flush_interval)
         self.state = state = RunState(self.agent, req, writer, scope, self.agent.toolset.table,
-                                      snap=snapshot if self.copies else _same)
+                                      snap=snapshot if self.copies else _same, pipelined=self.pipelined)
         try:
             try:
                 async for ev in self._run(state):
@@ -114,7 +121,10 @@ class Run:
                 raise
         finally:
             scope.close()
-            await lease.release()  # (in this task: a store that answers at once costs no trip through the loop)
+            if self.pipelined:
+                self.released = asyncio.ensure_future(lease.release())
+            else:
+                await lease.release()  # (in this task: a store that answers at once costs no trip through the loop)
 
     async def _salvage(self, exc: BaseException) -> None:
         """A run that fails: write what it produced (a held step end, dirty parts), unless the
@@ -201,8 +211,8 @@ class Run:
     # ------------------------------------------------------------------ start-up
 
     async def _ensure_session(self) -> tuple[Session, bool]:
-        """The session, and whether this run just created it."""
-        s = await self.p.get_session(self.req.session_id)
+        """The session (as read with the lease), and whether this run just created it."""
+        s = self._stored
         if s is not None:
             return s, False
         t = now()

@@ -63,6 +63,8 @@ class RunState:
     #: what a stream event carries of a part or message: a copy (safe to keep, the public
     #: contract), or the live object for a consumer of this package that reads it at once
     snap: Callable[[Any], Any] = snapshot
+    #: a pipelined run (see :class:`~we0nb.engine.run.Run`): some commits are sent without waiting
+    pipelined: bool = False
     _parent: Optional[str] = None
 
     @property

@@ -14,11 +14,13 @@ The writer owns the three things that decide *when* something becomes durable:
   (:meth:`commit_held`); a prompt's user message goes with its first step's start. Nothing
   is run or yielded between the hold and that commit, so a crash sees the same states as
   with a commit of its own, one fewer. Their events wait for it;
-* **a commit under way** — a batch item's step start is sent while its model call goes
-  out (:meth:`write_soon`), on a store whose commits wait (:attr:`~we0nb.persistence.base.
-  Persistence.commit_waits`); every later write, and the step's use of the model's reply,
-  waits for it first (:meth:`settle`), so commits land in the order they were made and
-  nothing of the reply is kept or acted on before the step's start is durable.
+* **commits under way** — a pipelined run (a batch item, on a store whose commits wait:
+  :attr:`~we0nb.persistence.base.Persistence.commit_waits`) sends a step's start while its
+  model call goes out, and a read-only call's ``running`` state while the call runs
+  (:meth:`write_soon`). Their rows are taken when they are sent and they land one after
+  the other, in order; every awaited write, and the step's use of the model's reply, waits
+  for them first (:meth:`settle`). One that fails stops the ones after it: their writes go
+  again, first and in order, with the next commit, and the error is raised at the next wait.
 
 Every commit carries the run's lease: a run that lost its session to another one raises
 :class:`~we0nb.LeaseLostError` at its next write and writes nothing more. A commit that
@@ -66,7 +68,9 @@ class Writer:
         #: the session's row, held for the next commit (a new session; the run's end time)
         self._session: Optional[Session] = None
         self._session_in_commit = _takes_session(type(persistence))
-        #: the commit :meth:`write_soon` started, until it has been waited for
+        #: commits :meth:`write_soon` made that have not landed yet (the first is being sent)
+        self._soon: list[tuple[list[Batch], Optional[Session]]] = []
+        #: the task sending ``_soon``, until it has been waited for (:meth:`settle`)
         self._pending: Optional["asyncio.Future[None]"] = None
 
     # ------------------------------------------------------------------ commits
@@ -82,23 +86,42 @@ class Writer:
     async def write(self, message: Optional[MessageInfo], *parts: Part,
                     final: Optional[MessageWithParts] = None, then: Sequence[Batch] = ()) -> None:
         """One commit: what a failed commit left and the held writes first, then ``message`` with
-        ``parts`` and every dirty part (after a commit still under way: :meth:`settle`).
+        ``parts`` and every dirty part (after the commits still under way: :meth:`settle`).
 
         ``final``: the message is final with this write; its model view goes with it.
         ``then``: more ``(message, parts, view)`` writes in the same transaction.
         """
         if self._pending is not None:
-            await self.settle()
-        await self._write(message, parts, final, then)
+            try:
+                await self.settle()
+            except (Exception, asyncio.CancelledError):
+                self._keep([self._collect(message, parts, final, then)])  # (after the ones under way)
+                raise
+        writes, session = self._collect(message, parts, final, then)
+        if writes or session is not None:
+            try:
+                await self._commit(writes, session)
+            except (Exception, asyncio.CancelledError):
+                # (an interrupt or exit inside the store is the process going down: no retry)
+                self._keep([(writes, session)])
+                raise
 
     def write_soon(self, message: Optional[MessageInfo], *parts: Part) -> None:
-        """Start :meth:`write`'s commit and return at once; the next write, or :meth:`settle`,
-        waits for it (and raises its error). Only where nothing depends on it until then."""
-        self._pending = asyncio.ensure_future(self._write(message, parts, None, ()))
+        """:meth:`write`'s commit, sent without waiting for it: its rows are taken now, it lands
+        after the commits already under way, and the next :meth:`write` or :meth:`settle` waits
+        for it (and raises its error). Only where nothing depends on it until then."""
+        entry = self._collect(message, parts, None, ())
+        pending = self._pending
+        if pending is not None and pending.done() and (pending.cancelled() or pending.exception() is not None):
+            self._keep([entry])  # (an earlier one failed: nothing more is sent before the error is seen)
+            return
+        self._soon.append(entry)
+        if pending is None or pending.done():
+            self._pending = asyncio.ensure_future(self._send_soon())
 
     async def settle(self) -> None:
-        """Wait for the commit :meth:`write_soon` started (never cancelling it: a cancelled wait
-        leaves it to the next write); its error is raised here, once."""
+        """Wait for the commits :meth:`write_soon` started (never cancelling them: a cancelled
+        wait leaves them to the next write); the first error is raised here, once."""
         pending = self._pending
         if pending is None:
             return
@@ -110,8 +133,22 @@ class Writer:
                 if not pending.cancelled():
                     pending.exception()  # (seen: raised above, or by the wait that was cancelled)
 
-    async def _write(self, message: Optional[MessageInfo], parts: Sequence[Part],
-                     final: Optional[MessageWithParts], then: Sequence[Batch]) -> None:
+    async def _send_soon(self) -> None:
+        soon = self._soon
+        try:
+            while soon:
+                writes, session = soon[0]
+                await self._commit(writes, session)
+                soon.pop(0)
+        except (Exception, asyncio.CancelledError):
+            rest, soon[:] = list(soon), []
+            self._keep(rest)  # (the one that failed and every one after it, in order)
+            raise
+
+    def _collect(self, message: Optional[MessageInfo], parts: Sequence[Part], final: Optional[MessageWithParts],
+                 then: Sequence[Batch]) -> tuple[list[Batch], Optional[Session]]:
+        """A commit's writes, in order: what failed before, the held writes, ``message`` with the
+        dirty parts and ``parts``, ``then``; and the session's row when one is held."""
         dirty = self.dirty
         if dirty:
             for part in parts:
@@ -127,14 +164,19 @@ class Writer:
             writes.append((message, parts, self.view_of(final) if final is not None else None))
         writes.extend(then)
         session, self._session = self._session, None
-        if writes or session is not None:
-            try:
-                await self._commit(writes, session)
-            except (Exception, asyncio.CancelledError):
-                # (an interrupt or exit inside the store is the process going down: no retry)
-                if not self.lost:  # (live objects: the retry writes them as they are by then)
-                    self._unsent, self._session = writes, session
-                raise
+        return writes, session
+
+    def _keep(self, entries: Sequence[tuple[list[Batch], Optional[Session]]]) -> None:
+        """Commits that did not land: their writes go first, in order, with the next commit (live
+        objects: written as they are by then) — unless the run lost its lease. Kept writes were
+        made before any already kept (a write collects only once the commits under way are done
+        or it has kept itself: a wait cancelled while they go on), so they go in front."""
+        if self.lost:
+            return
+        kept = [w for writes, _ in entries for w in writes]
+        self._unsent = kept + self._unsent
+        if self._session is None:
+            self._session = next((s for _, s in reversed(entries) if s is not None), None)
 
     async def _commit(self, writes: list[Batch], session: Optional[Session]) -> None:
         if session is None:

@@ -215,6 +215,16 @@ class Persistence(abc.ABC):
     @abc.abstractmethod
     async def release_lease(self, lease: Lease) -> None: ...
 
+    async def lease_and_session(self, session_id: str, run_id: str) -> tuple[Lease, Optional[Session]]:
+        """What a run starts from: the session's lease, then the session as stored once the lease
+        is held (None: there is none). A store that can send both at once overrides it."""
+        lease = await self.acquire_lease(session_id, run_id)
+        try:
+            return lease, await self.get_session(session_id)
+        except BaseException:
+            await lease.release()
+            raise
+
     # ---- batches (see :mod:`we0nb.persistence.batches`; the runner is :mod:`we0nb.batch`)
     async def open_batch(self, name: str, items: Sequence[NewItem], *, session_ids_given: bool,
                          now: float) -> BatchInfo:

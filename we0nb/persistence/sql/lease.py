@@ -22,7 +22,7 @@ from ...errors import PersistenceError, SessionBusyError
 from ..base import Lease, lease_owner
 from .inline import Op
 
-__all__ = ["acquire", "release", "renewal", "holder", "check", "held_here", "pid_alive", "LIVE_OWNERS"]
+__all__ = ["acquire", "acquire_and_read", "release", "renewal", "holder", "check", "held_here", "pid_alive", "LIVE_OWNERS"]
 
 log = logging.getLogger("we0nb.persistence.sql")
 
@@ -71,14 +71,48 @@ async def check(store: Any, lease: Lease) -> None:
         raise lease.mark_lost(now)
 
 
+def _new_row(store: Any, session_id: str, run_id: str, owner: str) -> dict[str, Any]:
+    return {"session_id": session_id, "owner": owner, "host": store._host, "pid": os.getpid(),
+            "run_id": run_id[:64], "expires": time.time() + store.lease_ttl}
+
+
+async def acquire_and_read(store: Any, session_id: str, run_id: str, read: Op) -> tuple[Lease, list[Any]]:
+    """The lease, and the rows of ``read`` as the lease's holder sees them.
+
+    The lease's insert and the read are sent together, the read second (on PostgreSQL one
+    round trip, in one transaction): an insert that wins means nobody held the session, so
+    the read is current. An insert that does not win (a busy session, a lease to take over)
+    takes the usual path, and the read is made again once the lease is held.
+    """
+    owner = lease_owner(run_id)[:256]
+    try:
+        won, rows = await store._both(store._db.execute("lease_insert", _new_row(store, session_id, run_id, owner)),
+                                      store._db.fetchall(*read))
+    except BaseException:
+        await _drop(store, session_id, owner)  # (the insert may have won before the read failed)
+        raise
+    if won == 1:
+        return _held(store, session_id, run_id, owner), rows
+    lease = await acquire(store, session_id, run_id)
+    return lease, await store._db.fetchall(*read)
+
+
+async def _drop(store: Any, session_id: str, owner: str) -> None:
+    """Delete ``owner``'s lease row if there is one, keeping the error under way (the lease
+    then expires by itself, and this process's own runs take it over at once)."""
+    try:
+        await asyncio.shield(store._db.execute("lease_release", {"sid": session_id, "holder": owner}))
+    except BaseException as e:  # (on purpose: the caller raises its own error)
+        log.warning("could not delete the lease row of session %r: %s: %s", session_id, type(e).__name__, e)
+
+
 async def acquire(store: Any, session_id: str, run_id: str) -> Lease:
     """Take the lease or raise :class:`~we0nb.SessionBusyError`; starts its heartbeat."""
     db = store._db
     owner = lease_owner(run_id)[:256]  # the column widths (PostgreSQL enforces them)
-    host, pid = store._host, os.getpid()
+    host = store._host
     for _ in range(5):
-        new = {"session_id": session_id, "owner": owner, "host": host, "pid": pid, "run_id": run_id[:64],
-               "expires": time.time() + store.lease_ttl}
+        new = _new_row(store, session_id, run_id, owner)
         if await db.execute("lease_insert", new) == 1:
             break
         rows = await db.fetchall("lease_get", {"sid": session_id})
@@ -96,6 +130,11 @@ async def acquire(store: Any, session_id: str, run_id: str) -> Lease:
         # someone else changed the row first: look again
     else:
         raise SessionBusyError(session_id, None)
+    return _held(store, session_id, run_id, owner)
+
+
+def _held(store: Any, session_id: str, run_id: str, owner: str) -> Lease:
+    """The lease just taken: known live in this process, renewed by the loop's heartbeat."""
     lease = Lease(session_id=session_id, run_id=run_id, owner=owner, persistence=store)
     LIVE_OWNERS.add(owner)
     _Heartbeat.of(store).leases[(session_id, owner)] = lease

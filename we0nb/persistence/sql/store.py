@@ -298,9 +298,11 @@ class SqlPersistence(Persistence):
         return await self._both(self._db.fetchall(*a), self._db.fetchall(*b))
 
     async def _both(self, first: Awaitable[A], second: Awaitable[B]) -> tuple[A, B]:
-        """Two statements that do not depend on each other: on PostgreSQL at once (they go to
-        the server together: one round trip), elsewhere one after the other."""
+        """Two statements, ``first`` then ``second``, where the second does not need the first's
+        answer: on PostgreSQL at once (they go to the server together, in this order: one round
+        trip), elsewhere one after the other."""
         if isinstance(self._db, PgConnections):
+            await self._db.pool()  # (ready first: each statement is then queued as its task starts, in order)
             a, b = await asyncio.gather(first, second)
             return a, b
         try:
@@ -320,6 +322,15 @@ class SqlPersistence(Persistence):
 
     async def acquire_lease(self, session_id: str, run_id: str) -> Lease:
         return await leases.acquire(self, session_id, run_id)
+
+    async def lease_and_session(self, session_id: str, run_id: str) -> tuple[Lease, Optional[Session]]:
+        """The lease and the session's row sent together (on PostgreSQL one round trip)."""
+        lease, rows = await leases.acquire_and_read(self, session_id, run_id, ("get_session", {"sid": session_id}))
+        try:
+            return lease, session_from_row(rows[0][0], rows[0][1], self._where) if rows else None
+        except BaseException:  # (a damaged row: the run never starts, its session is given back)
+            await lease.release()
+            raise
 
     async def release_lease(self, lease: Lease) -> None:
         await leases.release(self, lease)

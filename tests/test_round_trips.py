@@ -1,0 +1,164 @@
+"""What a run and a batch item send to the store together (one round trip on PostgreSQL).
+
+A run takes its session's lease and reads the session in one send, the read after the
+insert (an insert that wins means nobody held the session, so the read is current); when the
+insert does not win at once (a lease to take over), the session is read again once the lease
+is held. A batch item's lease release goes with its end and the next claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from batchkit import Ledger, make_agent
+from sql_support import Backend, backend_for
+from we0nb import FunctionModel, SessionBusyError, We0Agent, text, user_message
+from we0nb.persistence.sql import lease as leases
+from we0nb.persistence.sql import pg_group
+
+SQL = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=SQL)
+def sql(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    yield from backend_for(request.param, tmp_path)
+
+
+@pytest.fixture
+def pg(tmp_path: Path) -> Iterator[Backend]:
+    yield from backend_for("postgres", tmp_path)
+
+
+@pytest.fixture
+def sends(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Every send to PostgreSQL, as its entries: a statement's name, or ``commit``."""
+    out: list[list[str]] = []
+    send = pg_group.GroupCommit._send
+
+    async def recording(self: Any, group: list) -> None:
+        out.append([e.key if isinstance(e, pg_group._Statement) else "commit" for e in group])
+        await send(self, group)
+
+    monkeypatch.setattr(pg_group.GroupCommit, "_send", recording)
+    return out
+
+
+def _agent(store: Any) -> We0Agent:
+    return We0Agent(FunctionModel(lambda request: [text("hi")]), persistence=store)
+
+
+@pytest.mark.postgres
+async def test_the_lease_and_the_session_go_to_postgresql_in_one_round_trip(pg: Backend, sends: list) -> None:
+    store = pg.fresh()
+    agent = _agent(store)
+    await store.list_sessions()  # (the schema made first)
+    for _ in range(2):  # a new session, then the same one again
+        sends.clear()
+        await agent.invoke(session_id="ses_rt", messages=[user_message("hello")])
+        assert sends[0] == ["lease_insert", "get_session"]
+        assert "lease_insert" not in [k for s in sends[1:] for k in s]
+    tr = await store.load_transcript("ses_rt")
+    assert [m.info.role for m in tr.messages] == ["user", "assistant"] * 2  # the second run saw the first
+
+
+async def test_a_lease_taken_over_reads_the_session_again_once_held(sql: Backend,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    store = sql.fresh()
+    await _agent(store).invoke(session_id="ses_t", messages=[user_message("one")])
+    # a lease left by a run on another machine, expired: taken over, not inserted
+    sql.raw("INSERT INTO we0_leases (session_id, owner, host, pid, run_id, expires) "
+            "VALUES ('ses_t', 'elsewhere:1:run_x', 'elsewhere', 1, 'run_x', 1)")
+    reads: list[str] = []
+    get = store._db.fetchall
+
+    async def counting(key: str, params: dict) -> list:
+        if key == "get_session":
+            reads.append(sql.raw("SELECT owner FROM we0_leases WHERE session_id = 'ses_t'")[0][0])
+        return await get(key, params)
+
+    monkeypatch.setattr(store._db, "fetchall", counting)
+    lease, session = await store.lease_and_session("ses_t", "run_mine")
+    try:
+        assert session is not None and session.id == "ses_t"
+        # the first read went with the insert that lost; the second once this run held the lease
+        assert len(reads) == 2 and reads[-1] == lease.owner
+    finally:
+        await lease.release()
+
+
+async def test_a_busy_session_is_refused_and_leaves_its_lease_alone(sql: Backend) -> None:
+    store = sql.fresh()
+    held = await store.acquire_lease("ses_b", "run_one")
+    try:
+        with pytest.raises(SessionBusyError):
+            await store.lease_and_session("ses_b", "run_two")
+        assert sql.raw("SELECT owner FROM we0_leases WHERE session_id = 'ses_b'") == [(held.owner,)]
+    finally:
+        await held.release()
+
+
+async def test_a_session_that_cannot_be_read_gives_its_lease_back(sql: Backend) -> None:
+    store = sql.fresh()
+    await _agent(store).invoke(session_id="ses_c", messages=[user_message("one")])
+    sql.raw("UPDATE we0_sessions SET data = '{not json' WHERE id = 'ses_c'")
+    with pytest.raises(Exception, match="ses_c"):
+        await _agent(store).invoke(session_id="ses_c", messages=[user_message("two")])
+    assert sql.raw("SELECT count(*) FROM we0_leases") == [(0,)]
+    assert leases.held_here(store) == 0
+
+
+@pytest.mark.postgres
+async def test_a_batch_items_lease_release_goes_with_its_end_and_the_next_claim(pg: Backend, sends: list,
+                                                                                tmp_path: Path) -> None:
+    store = pg.fresh()
+    agent = make_agent(store, Ledger(tmp_path / "ledger.jsonl"), steps=1)
+    batch = await agent.batch(["a", "b", "c"], concurrency=1, progress=False)
+    assert batch.counts == {"stop": 3}
+    ends = [s for s in sends if "batch_end" in s]
+    assert len(ends) == 3
+    for s in ends:  # one round trip each: the release, the end, the next claim
+        assert sorted(s) == ["batch_claim", "batch_end", "lease_release"]
+    assert pg.raw("SELECT count(*) FROM we0_leases") == [(0,)]
+
+
+async def test_no_lease_is_left_once_a_batch_returns(sql: Backend, tmp_path: Path) -> None:
+    store = sql.fresh()
+    agent = make_agent(store, Ledger(tmp_path / "ledger.jsonl"), steps=2)
+    batch = await agent.batch([f"p{i}" for i in range(12)], concurrency=4, progress=False)
+    assert batch.counts == {"stop": 12}
+    assert sql.raw("SELECT count(*) FROM we0_leases") == [(0,)]
+    assert leases.held_here(store) == 0
+    # and the next batch call on the same sessions (a continuation) is not refused
+    again = await agent.batch([f"p{i}" for i in range(12)], name=batch.name, progress=False)
+    assert again.counts == {"stop": 12}
+
+
+async def test_a_lease_release_that_fails_is_logged_and_the_batch_goes_on(sql: Backend, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    from we0nb import PersistenceError
+
+    store = sql.fresh()
+    execute = store._db.execute
+    failed: list[str] = []
+
+    async def flaky(key: str, params: dict) -> int:
+        if key == "lease_release" and not failed:
+            failed.append(params["sid"])
+            raise PersistenceError("the database went away (on purpose)")
+        return await execute(key, params)
+
+    monkeypatch.setattr(store._db, "execute", flaky)
+    agent = make_agent(store, Ledger(tmp_path / "ledger.jsonl"), steps=1)
+    with caplog.at_level("WARNING", logger="we0nb.batch"):
+        batch = await agent.batch(["a", "b", "c"], concurrency=1, progress=False)
+    assert batch.counts == {"stop": 3}  # the item whose release failed had ended: it stays ended
+    assert "could not release the lease" in caplog.text and "went away" in caplog.text
+    # its lease row is left to expire (this process's own runs take it over at once)
+    assert sql.raw("SELECT session_id FROM we0_leases") == [(failed[0],)]
+    assert leases.held_here(store) == 0  # (no longer renewed)
+    await asyncio.wait_for(_agent(store).invoke(session_id=failed[0], mode="resume"), 10)
