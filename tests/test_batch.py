@@ -68,25 +68,46 @@ def pd_zero() -> Any:
     return pd.Timedelta(0)
 
 
-async def test_a_slot_runs_its_items_in_one_task(store, ledger) -> None:
-    """Each of ``concurrency`` lanes records its item's end and runs the next item itself: no
-    task (and no pass of the event loop) per item for the worker to start and collect."""
-    loop = asyncio.get_running_loop()
-    names: list[str] = []
-    default = loop.get_task_factory()
+async def test_a_slot_starts_its_next_item_once_its_last_item_has_made_its_last_model_call(store, ledger,
+                                                                                           monkeypatch) -> None:
+    """A slot waits for no commit between two items' model calls: the next item is claimed and
+    started while the last one's final writes and its end go on — and still no two items of one
+    slot call the model at once, and the batch returns once every end is recorded."""
+    log: list[str] = []
+    commit, end_and_claim = store.commit, store.end_and_claim
 
-    def counting(lp: Any, coro: Any, **kw: Any) -> Any:
-        names.append(getattr(coro, "__qualname__", type(coro).__name__))
-        return default(lp, coro, **kw) if default is not None else asyncio.Task(coro, loop=lp, **kw)
+    async def slow_last_commit(writes: Any, **kw: Any) -> None:
+        if any(getattr(p, "text", "").startswith("answer to") for _, parts, _ in writes for p in parts):
+            await asyncio.sleep(0.1)  # (the run's last commit: its final answer)
+        await commit(writes, **kw)
 
-    loop.set_task_factory(counting)
-    try:
-        batch = await make_agent(store, ledger, steps=1).batch(prompts(12), name="lanes", concurrency=3,
-                                                               progress=False)
-    finally:
-        loop.set_task_factory(default)
-    assert batch.counts == {"stop": 12}
-    assert names.count("Worker._lane") == 3 and "run_item" not in names
+    async def logged_end(name: str, item: int, *a: Any, **kw: Any) -> Any:
+        out = await end_and_claim(name, item, *a, **kw)
+        log.append(f"end {item}")
+        return out
+
+    monkeypatch.setattr(store, "commit", slow_last_commit)
+    monkeypatch.setattr(store, "end_and_claim", logged_end)
+    calls = Calls(log)
+    batch = await make_agent(store, ledger, steps=1, calls=calls).batch(prompts(3), name="lanes", concurrency=1,
+                                                                       progress=False)
+    assert batch.counts == {"stop": 3} and sorted(log[-3:]) == ["end 0", "end 1", "end 2"]
+    # item 1 called the model before item 0's end was recorded, item 2 before item 1's
+    assert log.index("call p1") < log.index("end 0") and log.index("call p2") < log.index("end 1")
+    # one slot, one item calling the model at a time: each item's calls are together, in order
+    assert [e for e in log if e.startswith("call")] == ["call p0"] * 2 + ["call p1"] * 2 + ["call p2"] * 2
+
+
+class Calls(list):
+    """The model's calls (``make_agent(calls=...)``), appended to a shared log as ``call <prompt>``."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    def append(self, prompt: str) -> None:
+        super().append(prompt)
+        self.log.append(f"call {prompt}")
 
 
 async def test_a_series_and_a_one_column_frame_are_prompts(store, ledger) -> None:

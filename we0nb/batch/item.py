@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .._ids import now
 from ..errors import LeaseLostError, ModelProviderError, SessionBusyError
@@ -70,13 +70,15 @@ class _Counts:
     output_tokens: int = 0
 
 
-async def run_item(agent: Any, it: BatchItem, stop: asyncio.Event, *, own_sessions: bool,
-                   backoff: float) -> ItemOutcome:
+async def run_item(agent: Any, it: BatchItem, stop: asyncio.Event, *, own_sessions: bool, backoff: float,
+                   after_last_call: Optional[Callable[[], None]] = None) -> ItemOutcome:
     """Run ``it`` (claimed by the caller) until its turn ends, fails or ``stop`` is set. The
-    outcome's ``release`` is the caller's to wait for (:func:`released`)."""
+    outcome's ``release`` is the caller's to wait for (:func:`released`); ``after_last_call``
+    is the run's (:class:`~we0nb.engine.run.Run`)."""
     holder: list[Run] = []
     try:
-        outcome = await _run_item(agent, it, stop, holder, own_sessions=own_sessions, backoff=backoff)
+        outcome = await _run_item(agent, it, stop, holder, own_sessions=own_sessions, backoff=backoff,
+                                  after_last_call=after_last_call)
     except BaseException:
         if holder and holder[0].released is not None:  # (the batch was cancelled: released before it goes)
             await _released(holder[0].released)
@@ -87,7 +89,7 @@ async def run_item(agent: Any, it: BatchItem, stop: asyncio.Event, *, own_sessio
 
 
 async def _run_item(agent: Any, it: BatchItem, stop: asyncio.Event, holder: list[Run], *, own_sessions: bool,
-                    backoff: float) -> ItemOutcome:
+                    backoff: float, after_last_call: Optional[Callable[[], None]]) -> ItemOutcome:
     t0 = time.monotonic()
     store = agent.persistence
     mode, messages = "prompt", prompt_messages(it.prompt)
@@ -95,7 +97,8 @@ async def _run_item(agent: Any, it: BatchItem, stop: asyncio.Event, holder: list
         mode, messages = "resume", None
     request = agent.build_request(abort=stop, mode=mode, session_id=it.session_id, messages=messages)
     # (it reads each event once, and nobody watches it live)
-    run = Run(agent, request, structured=agent.output_type is not None, copies=False, pipelined=True)
+    run = Run(agent, request, structured=agent.output_type is not None, copies=False, pipelined=True,
+              after_last_call=after_last_call)
     holder.append(run)
     output_tool = agent.output_tool_name if agent.output_type is not None else None
     counts, seen_tools = _Counts(), set()

@@ -116,31 +116,78 @@ class Worker:
         return items
 
     async def _lane(self, it: Optional[BatchItem]) -> None:
-        """Run items one after another, each one's end recorded and the next claimed in this
-        task (one call to the store), so a slot turns over without a trip through the loop's queue."""
-        while it is not None:
-            outcome = await run_item(self.agent, it, self.stop, own_sessions=self.own_sessions,
-                                     backoff=max(self.backoff, self.BACKOFF))
-            goes_on = self._goes_on_after(outcome)
-            t = now()
-            try:  # (the run's lease release, under way, goes to the store with this end and claim)
-                ended, items = await self.store.end_and_claim(self.name, it.item, self.owner, outcome.end,
-                                                              claim=1 if goes_on else 0, now=t, expires=t + self.ttl)
-            finally:
-                await released(outcome)
-            self._ended(it, outcome, ended)
-            if items:
-                self.progress.claimed(len(items))
-            it = items[0] if items else None  # (claimed as a stop came: its run gives it back)
+        """Run items one after another in this slot (see :meth:`_turn`); the lane ends once the
+        ends of all its items are recorded."""
+        finishing: list["asyncio.Future[None]"] = []
+        try:
+            while it is not None:
+                _prune(finishing)
+                it = await self._turn(it, finishing)
+        except BaseException:
+            if finishing:  # (their own errors are this one's to drop)
+                await asyncio.wait(finishing)
+                for f in finishing:
+                    if not f.cancelled():
+                        f.exception()
+            raise
+        if finishing:
+            await asyncio.gather(*finishing)  # a failure to record an end is the batch's failure
+
+    async def _turn(self, it: BatchItem, finishing: list["asyncio.Future[None]"]) -> Optional[BatchItem]:
+        """Run ``it``; the slot's next item. An item that ends first records its end and claims the
+        next in one call to the store (this task: no trip through the loop's queue). An item past
+        its last model call hands the slot on at once: the next item is claimed and started while
+        this one's last writes and its end go on beside it (in ``finishing``), so a slot waits for
+        no commit between two items' model calls."""
+        turned = asyncio.get_running_loop().create_future()
+
+        def turn(_: Any = None) -> None:
+            if not turned.done():
+                turned.set_result(None)
+
+        run = asyncio.ensure_future(run_item(self.agent, it, self.stop, own_sessions=self.own_sessions,
+                                             backoff=max(self.backoff, self.BACKOFF), after_last_call=turn))
+        run.add_done_callback(turn)
+        try:
+            await turned
+        except asyncio.CancelledError:
+            run.cancel()
+            raise
+        if run.done():
+            outcome = run.result()
+            return await self._record(it, outcome, claim=self._goes_on_after(outcome))
+        finishing.append(asyncio.ensure_future(self._finish(it, run)))
+        items = await self._claim_items(1) if self._goes_on() else []
+        return items[0] if items else None
+
+    async def _finish(self, it: BatchItem, run: "asyncio.Future[ItemOutcome]") -> None:
+        await self._record(it, await run, claim=False)
+
+    async def _record(self, it: BatchItem, outcome: ItemOutcome, *, claim: bool) -> Optional[BatchItem]:
+        """Record ``it``'s end (and claim the slot's next item when ``claim``); the item claimed."""
+        t = now()
+        try:  # (the run's lease release, under way, goes to the store with this end and claim)
+            ended, items = await self.store.end_and_claim(self.name, it.item, self.owner, outcome.end,
+                                                          claim=1 if claim else 0, now=t, expires=t + self.ttl)
+        finally:
+            await released(outcome)
+        self._ended(it, outcome, ended)
+        if items:
+            self.progress.claimed(len(items))
+        return items[0] if items else None  # (claimed as a stop came: its run gives it back)
+
+    def _goes_on(self) -> bool:
+        """Whether a slot may take another item now."""
+        return not self.stop.is_set() and self.stopped is None and time.monotonic() >= self.paused_until
 
     def _goes_on_after(self, outcome: ItemOutcome) -> bool:
         """Whether the lane claims another item once this outcome is recorded."""
         end = outcome.end
-        if self.stop.is_set() or self.stopped is not None or outcome.rate_limited:
+        if outcome.rate_limited:
             return False
         if end.status == "failed" and self.max_failures is not None and self.failures + 1 >= self.max_failures:
             return False
-        return time.monotonic() >= self.paused_until
+        return self._goes_on()
 
     def _on_exit(self, lane: "asyncio.Task[None]") -> None:
         self.lanes.discard(lane)
@@ -193,3 +240,12 @@ class Worker:
             if not lane.cancelled():
                 lane.exception()
         self.exited = []
+
+
+def _prune(finishing: list["asyncio.Future[None]"]) -> None:
+    """Drop the items that have recorded their ends; raise the first failure to record one."""
+    done = [f for f in finishing if f.done()]
+    for f in done:
+        finishing.remove(f)
+    for f in done:
+        f.result()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 from .._ids import now
 from .._text import clean
@@ -63,7 +63,7 @@ class Run:
     """One run of the loop for one validated :class:`RunRequest`."""
 
     def __init__(self, agent: AgentSettings, request: RunRequest, *, structured: bool, copies: bool = True,
-                 pipelined: bool = False):
+                 pipelined: bool = False, after_last_call: Optional[Callable[[], None]] = None):
         """``copies=False``: events carry the live parts and messages instead of copies — only
         for a consumer of this package that reads each event at once and keeps none of them
         (a batch item: it saves a tenth of a step's CPU).
@@ -76,7 +76,10 @@ class Run:
         has been kept, yielded or acted on. A read-only call's ``running`` state is sent while
         the call runs (:mod:`~we0nb.engine.executor`), and the session's lease is released in a
         task of its own, :attr:`released`, which the consumer awaits (so the release goes to the
-        store with what the consumer sends next)."""
+        store with what the consumer sends next).
+
+        ``after_last_call``: called once the turn needs the model no more, before the run's last
+        commit (a batch slot starts its next item then, while this one's last writes go on)."""
         self.agent = agent
         self.req = request
         self.p = agent.persistence
@@ -84,6 +87,7 @@ class Run:
         self.copies = copies
         self.pipelined = pipelined and agent.persistence.commit_waits and not agent.toolset.sources
         self.result: Optional[RunResult] = None
+        self.after_last_call = after_last_call
         #: a pipelined run's lease release, under way once the run has ended (None: not started,
         #: or released before the run ended)
         self.released: Optional["asyncio.Future[None]"] = None
@@ -186,6 +190,8 @@ class Run:
                 async for ev in compactor.compact():
                     yield ev
                 break
+        if self.after_last_call is not None:
+            self.after_last_call()
         self._touch_session(session)
         for ev in await writer.commit_held():  # (the held step end, with the session's row)
             yield ev
