@@ -103,7 +103,7 @@ def _constructs(insert: Any, dialect: str) -> dict[str, tuple[Any, Optional[list
         "version_update": (update(meta).where(meta.c.key == bindparam("key")), ["value"]),
         "write_probe": (_upsert(insert, meta, "key"), None),
         "has_table": (has_table, None),
-        **_batch_constructs(insert),
+        **_batch_constructs(insert, dialect),
     }
 
 
@@ -116,25 +116,40 @@ END_COLUMNS = ("status", "queued", "expires", "attempts", "started", "finished",
                "tool_calls", "input_tokens", "output_tokens")
 
 
-def _batch_constructs(insert: Any) -> dict[str, tuple[Any, Optional[list[str]]]]:
+def _batch_constructs(insert: Any, dialect: str) -> dict[str, tuple[Any, Optional[list[str]]]]:
     """The batch statements (``we0nb.persistence.batches``): ``b`` names the batch, ``holder`` the
     owner that must hold an item's claim."""
     B, I = S.batches, S.batch_items
     b = bindparam("b")
     running = literal_column("'running'")  # constants as SQL text (a literal() would be an unset parameter)
     cols = [I.c[n] for n in ITEM_COLUMNS]
-    claimable = select(I.c.item).where(I.c.batch == b, I.c.queued == true(), I.c.expires < bindparam("now")) \
-        .order_by(I.c.item).limit(bindparam("n")).offset(literal_column("0")).with_for_update(skip_locked=True)
+    if dialect == "sqlite":
+        claimable = select(I.c.item).order_by(I.c.item)
+    else:  # (the claim index's own order — batch and queued are fixed — which no other index gives)
+        claimable = select(I.c.item, literal_column("we0_batch_items.ctid").label("row")).order_by(
+            I.c.batch, I.c.queued, I.c.item)
+    claimable = claimable.where(I.c.batch == b, I.c.queued == true(), I.c.expires < bindparam("now"))
+    claimable = claimable.limit(bindparam("n")).offset(literal_column("0")).with_for_update(skip_locked=True)
     # a CTE, materialized: PostgreSQL must pick the rows once (an IN (subquery … LIMIT … SKIP LOCKED)
     # may be rescanned per row and pick them all)
     picked = claimable.cte("picked").prefix_with("MATERIALIZED")
-    claim = update(I).where(I.c.batch == b, I.c.item.in_(select(picked.c.item))).values(
+    if dialect == "sqlite":
+        chosen = and_(I.c.batch == b, I.c.item.in_(select(picked.c.item)))
+    else:
+        # the picked rows by their physical address (locked: it cannot change), a lookup each
+        # whatever the planner knows — a join, or another condition beside it, may become a scan
+        # of the whole batch when the table's statistics are missing or stale
+        chosen = literal_column("we0_batch_items.ctid") == func.any(
+            literal_column(f"ARRAY(SELECT {picked.name}.row FROM {picked.name})"))
+    claim = update(I).add_cte(picked).where(chosen).values(
         status=running, owner=bindparam("owner"), host=bindparam("host"), pid=bindparam("pid"),
         expires=bindparam("expires"), attempts=I.c.attempts + literal_column("1"),
         started=func.coalesce(I.c.started, bindparam("now"))).returning(*cols)
     mine = and_(I.c.batch == b, I.c.owner == bindparam("holder"), I.c.status == running)
     null = literal_column("NULL")
-    end = update(I).where(mine, I.c.item == bindparam("item")).values(
+    # (a running item is queued: a claim takes queued items and leaves that flag alone; said here,
+    # it makes either index a lookup of this one item, whatever the planner's statistics)
+    end = update(I).where(mine, I.c.queued == true(), I.c.item == bindparam("item")).values(
         owner=null, host=null, pid=null, duration=I.c.duration + bindparam("run_time"),
         **{n: bindparam(n) for n in END_COLUMNS})
     counts = select(I.c.batch, I.c.status, I.c.queued, func.count(), func.max(I.c.finished)) \
