@@ -167,3 +167,20 @@ async def test_an_in_memory_database_keeps_its_writes_on_the_loop() -> None:
     await store._inline.wanted[asyncio.get_running_loop()]
     assert store._inline.writer() is None and not store._inline.offload  # another process could not see it
     await store.close()
+
+
+async def test_a_writer_still_starting_when_the_last_lease_is_released_is_stopped(
+        tmp_path: Path, starts: list[SqliteWriter]) -> None:
+    """A grouped commit asks for the writer; the loop's last lease goes before it has started:
+    the release must stop it too (it used to look only at the writers already running)."""
+    store = SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}", writer_process=True)
+    inline = store._inline
+    assert inline is not None
+    await store.list_sessions()  # (the schema exists)
+    lease = await store.acquire_lease(new_id("ses"), "run_a")
+    inline.want_writer()  # (what a commit does while several runs hold leases)
+    assert inline.writers == {}  # still starting
+    await lease.release()  # the loop's last lease
+    assert inline.writers == {} and inline.wanted == {}
+    assert len(starts) == 1 and starts[0].proc.wait(10) == 0  # it was stopped, and exited
+    await store.close()

@@ -334,7 +334,8 @@ class SqlPersistence(Persistence):
 
     async def release_lease(self, lease: Lease) -> None:
         await leases.release(self, lease)
-        if self._inline is not None and self._inline.writers and not leases.held_here(self):
+        # (a writer still starting counts: it would be left running with no lease to stop it)
+        if self._inline is not None and self._inline.wanted and not leases.held_here(self):
             await self._inline.stop_writer()  # the loop's last run ended: so does its writer process
 
     # ------------------------------------------------------------------ batches (sql/batches.py)
