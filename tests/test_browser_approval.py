@@ -121,15 +121,17 @@ def _decide(page, artifacts: Path) -> None:
     # a reason, then Deny: the last decision resumes the run; the waiting cell returns
     second.locator("input").fill("not to <this> payee")
     second.locator("button.we0-deny").click()
-    page.wait_for_function("""() => {
-        if (document.querySelector('.jp-Dialog')) return true;  // the kernel was replaced: see the caller
+    # (the text is read where it was found: the windowed notebook may hide that output again at
+    # once, and a second look could then read an empty element)
+    out = page.wait_for_function("""() => {
+        if (document.querySelector('.jp-Dialog')) return '<dialog>';  // the kernel was replaced: see the caller
         const scroller = document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer');
         if (scroller) scroller.scrollTop = scroller.scrollHeight;
-        return [...document.querySelectorAll('.jp-OutputArea-output')].some(e => e.innerText.includes('result:'));
-    }""", timeout=180_000)
-    if page.locator(".jp-Dialog").count():
+        const hit = [...document.querySelectorAll('.jp-OutputArea-output')].find(e => e.innerText.includes('result:'));
+        return hit ? hit.innerText : false;
+    }""", timeout=180_000).json_value()
+    if out == "<dialog>":
         raise _KernelReplaced()
-    out = page.locator(".jp-OutputArea-output:has-text('result:')").inner_text()
     assert "result: stop | Done: one paid, one denied. | paid: [('ann', 50)]" in out, out
     assert "'denied': True, 'reason': 'not to <this> payee'" in out, out
     page.wait_for_selector(".we0-status:has-text('finished')", timeout=60_000)
