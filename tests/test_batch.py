@@ -98,6 +98,31 @@ async def test_a_slot_starts_its_next_item_once_its_last_item_has_made_its_last_
     assert [e for e in log if e.startswith("call")] == ["call p0"] * 2 + ["call p1"] * 2 + ["call p2"] * 2
 
 
+async def test_an_end_that_cannot_be_recorded_beside_the_next_item_fails_the_batch(store, ledger,
+                                                                                   monkeypatch) -> None:
+    """The end of an item that handed its slot over is recorded beside the next item: a failure
+    to record it is still the batch's failure, raised by the call (never lost, never a hang)."""
+    from we0nb import PersistenceError
+
+    commit, end_and_claim = store.commit, store.end_and_claim
+
+    async def slow_last_commit(writes: Any, **kw: Any) -> None:
+        if any(getattr(p, "text", "").startswith("answer to") for _, parts, _ in writes for p in parts):
+            await asyncio.sleep(0.05)
+        await commit(writes, **kw)
+
+    async def failing_end(name: str, item: int, *a: Any, **kw: Any) -> Any:
+        if item == 0:
+            raise PersistenceError("the database went away (on purpose)")
+        return await end_and_claim(name, item, *a, **kw)
+
+    monkeypatch.setattr(store, "commit", slow_last_commit)
+    monkeypatch.setattr(store, "end_and_claim", failing_end)
+    with pytest.raises(PersistenceError, match="went away"):
+        await asyncio.wait_for(make_agent(store, ledger, steps=1).batch(prompts(3), name="lost", concurrency=1,
+                                                                        progress=False), 30)
+
+
 class Calls(list):
     """The model's calls (``make_agent(calls=...)``), appended to a shared log as ``call <prompt>``."""
 

@@ -247,5 +247,9 @@ def _prune(finishing: list["asyncio.Future[None]"]) -> None:
     done = [f for f in finishing if f.done()]
     for f in done:
         finishing.remove(f)
+    failed = [e for e in (f.exception() if not f.cancelled() else None for f in done) if e is not None]
     for f in done:
-        f.result()
+        if f.cancelled():
+            f.result()  # (raises CancelledError: the batch itself was cancelled)
+    if failed:
+        raise failed[0]
