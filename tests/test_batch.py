@@ -68,11 +68,36 @@ def pd_zero() -> Any:
     return pd.Timedelta(0)
 
 
+async def test_a_slot_runs_its_items_in_one_task_on_a_store_that_answers_at_once(ledger) -> None:
+    """MemoryPersistence: each of ``concurrency`` lanes records its item's end and runs the next
+    item itself — no task (and no pass of the event loop) per item (nothing to overlap)."""
+    store = MemoryPersistence()
+    assert not store.commit_waits
+    loop = asyncio.get_running_loop()
+    names: list[str] = []
+    default = loop.get_task_factory()
+
+    def counting(lp: Any, coro: Any, **kw: Any) -> Any:
+        names.append(getattr(coro, "__qualname__", type(coro).__name__))
+        return default(lp, coro, **kw) if default is not None else asyncio.Task(coro, loop=lp, **kw)
+
+    loop.set_task_factory(counting)
+    try:
+        batch = await make_agent(store, ledger, steps=1).batch(prompts(12), name="lanes", concurrency=3,
+                                                               progress=False)
+    finally:
+        loop.set_task_factory(default)
+    assert batch.counts == {"stop": 12}
+    assert names.count("Worker._lane") == 3 and "run_item" not in names
+
+
 async def test_a_slot_starts_its_next_item_once_its_last_item_has_made_its_last_model_call(store, ledger,
                                                                                            monkeypatch) -> None:
     """A slot waits for no commit between two items' model calls: the next item is claimed and
     started while the last one's final writes and its end go on — and still no two items of one
-    slot call the model at once, and the batch returns once every end is recorded."""
+    slot call the model at once, and the batch returns once every end is recorded. (On a store
+    whose commits wait: the memory store here is told its commits do, as they now take time.)"""
+    monkeypatch.setattr(store, "commit_waits", True)
     log: list[str] = []
     commit, end_and_claim = store.commit, store.end_and_claim
 
@@ -117,6 +142,7 @@ async def test_an_end_that_cannot_be_recorded_beside_the_next_item_fails_the_bat
         return await end_and_claim(name, item, *a, **kw)
 
     monkeypatch.setattr(store, "commit", slow_last_commit)
+    monkeypatch.setattr(store, "commit_waits", True)
     monkeypatch.setattr(store, "end_and_claim", failing_end)
     with pytest.raises(PersistenceError, match="went away"):
         await asyncio.wait_for(make_agent(store, ledger, steps=1).batch(prompts(3), name="lost", concurrency=1,

@@ -138,7 +138,13 @@ class Worker:
         next in one call to the store (this task: no trip through the loop's queue). An item past
         its last model call hands the slot on at once: the next item is claimed and started while
         this one's last writes and its end go on beside it (in ``finishing``), so a slot waits for
-        no commit between two items' model calls."""
+        no commit between two items' model calls — on a store whose commits wait; on one that
+        answers at once (:attr:`~we0nb.persistence.base.Persistence.commit_waits`) an item's last
+        writes take no time, and it runs in this task."""
+        if not self.store.commit_waits:
+            outcome = await run_item(self.agent, it, self.stop, own_sessions=self.own_sessions,
+                                     backoff=max(self.backoff, self.BACKOFF))
+            return await self._record(it, outcome, claim=self._goes_on_after(outcome))
         turned = asyncio.get_running_loop().create_future()
 
         def turn(_: Any = None) -> None:
