@@ -75,31 +75,29 @@ async def run_item(agent: Any, it: BatchItem, stop: asyncio.Event, *, own_sessio
     """Run ``it`` (claimed by the caller) until its turn ends, fails or ``stop`` is set. The
     outcome's ``release`` is the caller's to wait for (:func:`released`); ``after_last_call``
     is the run's (:class:`~we0nb.engine.run.Run`)."""
-    holder: list[Run] = []
-    try:
-        outcome = await _run_item(agent, it, stop, holder, own_sessions=own_sessions, backoff=backoff,
-                                  after_last_call=after_last_call)
-    except BaseException:
-        if holder and holder[0].released is not None:  # (the batch was cancelled: released before it goes)
-            await _released(holder[0].released)
-        raise
-    if holder:
-        outcome.release = holder[0].released
-    return outcome
-
-
-async def _run_item(agent: Any, it: BatchItem, stop: asyncio.Event, holder: list[Run], *, own_sessions: bool,
-                    backoff: float, after_last_call: Optional[Callable[[], None]]) -> ItemOutcome:
     t0 = time.monotonic()
-    store = agent.persistence
     mode, messages = "prompt", prompt_messages(it.prompt)
-    if it.attempts > 1 and (await store.load_transcript(it.session_id)).messages:
+    if it.attempts > 1 and (await agent.persistence.load_transcript(it.session_id)).messages:
         mode, messages = "resume", None
     request = agent.build_request(abort=stop, mode=mode, session_id=it.session_id, messages=messages)
     # (it reads each event once, and nobody watches it live)
     run = Run(agent, request, structured=agent.output_type is not None, copies=False, pipelined=True,
               after_last_call=after_last_call)
-    holder.append(run)
+    try:
+        outcome = await _outcome(agent, it, run, t0, stop, clean=mode == "prompt" and own_sessions,
+                                 backoff=backoff)
+    except BaseException:
+        if run.released is not None:  # (the batch was cancelled: released before it goes)
+            await _released(run.released)
+        raise
+    outcome.release = run.released
+    return outcome
+
+
+async def _outcome(agent: Any, it: BatchItem, run: Run, t0: float, stop: asyncio.Event, *, clean: bool,
+                   backoff: float) -> ItemOutcome:
+    """Run ``run`` to its end; how the item ended (``clean``: a prompt run on a session the batch
+    made, whose counts its events give)."""
     output_tool = agent.output_tool_name if agent.output_type is not None else None
     counts, seen_tools = _Counts(), set()
     started = False
@@ -136,7 +134,7 @@ async def _run_item(agent: Any, it: BatchItem, stop: asyncio.Event, holder: list
         return ItemOutcome(await _ended(agent, it, "failed", t0, error=e), error=e)
     result = run.result
     assert result is not None
-    clean = mode == "prompt" and it.attempts == 1 and own_sessions and result.result != "compact"
+    clean = clean and it.attempts == 1 and result.result != "compact"
     counts.tool_calls = len(seen_tools)
     return ItemOutcome(await _ended(agent, it, result.result, t0, counts=counts if clean else None,
                                     text=result.text, output=_json(result.output)))
