@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Coroutine, Optional
 
 from .._ids import new_id, now
 from ..persistence.base import lease_owner
@@ -142,8 +142,7 @@ class Worker:
         answers at once (:attr:`~we0nb.persistence.base.Persistence.commit_waits`) an item's last
         writes take no time, and it runs in this task."""
         if not self.store.commit_waits:
-            outcome = await run_item(self.agent, it, self.stop, own_sessions=self.own_sessions,
-                                     backoff=max(self.backoff, self.BACKOFF))
+            outcome = await self._run(it)
             return await self._record(it, outcome, claim=self._goes_on_after(outcome))
         turned = asyncio.get_running_loop().create_future()
 
@@ -151,8 +150,7 @@ class Worker:
             if not turned.done():
                 turned.set_result(None)
 
-        run = asyncio.ensure_future(run_item(self.agent, it, self.stop, own_sessions=self.own_sessions,
-                                             backoff=max(self.backoff, self.BACKOFF), after_last_call=turn))
+        run = asyncio.ensure_future(self._run(it, after_last_call=turn))
         run.add_done_callback(turn)
         try:
             await turned
@@ -165,6 +163,11 @@ class Worker:
         finishing.append(asyncio.ensure_future(self._finish(it, run)))
         items = await self._claim_items(1) if self._goes_on() else []
         return items[0] if items else None
+
+    def _run(self, it: BatchItem, after_last_call: Optional[Callable[[], None]] = None
+             ) -> "Coroutine[Any, Any, ItemOutcome]":
+        return run_item(self.agent, it, self.stop, own_sessions=self.own_sessions,
+                        backoff=max(self.backoff, self.BACKOFF), after_last_call=after_last_call)
 
     async def _finish(self, it: BatchItem, run: "asyncio.Future[ItemOutcome]") -> None:
         await self._record(it, await run, claim=False)
