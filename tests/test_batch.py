@@ -91,27 +91,35 @@ async def test_a_slot_runs_its_items_in_one_task_on_a_store_that_answers_at_once
     assert names.count("Worker._lane") == 3 and "run_item" not in names
 
 
+def slow_final_commits(store: Any, monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Make a run's last commit (the one with its final answer) take ``seconds``, and tell the
+    store its commits wait (a memory store's otherwise answer at once)."""
+    commit = store.commit
+
+    async def slow(writes: Any, **kw: Any) -> None:
+        if any(getattr(p, "text", "").startswith("answer to") for _, parts, _ in writes for p in parts):
+            await asyncio.sleep(seconds)
+        await commit(writes, **kw)
+
+    monkeypatch.setattr(store, "commit", slow)
+    monkeypatch.setattr(store, "commit_waits", True)
+
+
 async def test_a_slot_starts_its_next_item_once_its_last_item_has_made_its_last_model_call(store, ledger,
                                                                                            monkeypatch) -> None:
     """A slot waits for no commit between two items' model calls: the next item is claimed and
     started while the last one's final writes and its end go on — and still no two items of one
     slot call the model at once, and the batch returns once every end is recorded. (On a store
     whose commits wait: the memory store here is told its commits do, as they now take time.)"""
-    monkeypatch.setattr(store, "commit_waits", True)
+    slow_final_commits(store, monkeypatch, 0.1)
     log: list[str] = []
-    commit, end_and_claim = store.commit, store.end_and_claim
-
-    async def slow_last_commit(writes: Any, **kw: Any) -> None:
-        if any(getattr(p, "text", "").startswith("answer to") for _, parts, _ in writes for p in parts):
-            await asyncio.sleep(0.1)  # (the run's last commit: its final answer)
-        await commit(writes, **kw)
+    end_and_claim = store.end_and_claim
 
     async def logged_end(name: str, item: int, *a: Any, **kw: Any) -> Any:
         out = await end_and_claim(name, item, *a, **kw)
         log.append(f"end {item}")
         return out
 
-    monkeypatch.setattr(store, "commit", slow_last_commit)
     monkeypatch.setattr(store, "end_and_claim", logged_end)
     calls = Calls(log)
     batch = await make_agent(store, ledger, steps=1, calls=calls).batch(prompts(3), name="lanes", concurrency=1,
@@ -129,20 +137,14 @@ async def test_an_end_that_cannot_be_recorded_beside_the_next_item_fails_the_bat
     to record it is still the batch's failure, raised by the call (never lost, never a hang)."""
     from we0nb import PersistenceError
 
-    commit, end_and_claim = store.commit, store.end_and_claim
-
-    async def slow_last_commit(writes: Any, **kw: Any) -> None:
-        if any(getattr(p, "text", "").startswith("answer to") for _, parts, _ in writes for p in parts):
-            await asyncio.sleep(0.05)
-        await commit(writes, **kw)
+    slow_final_commits(store, monkeypatch, 0.05)
+    end_and_claim = store.end_and_claim
 
     async def failing_end(name: str, item: int, *a: Any, **kw: Any) -> Any:
         if item == 0:
             raise PersistenceError("the database went away (on purpose)")
         return await end_and_claim(name, item, *a, **kw)
 
-    monkeypatch.setattr(store, "commit", slow_last_commit)
-    monkeypatch.setattr(store, "commit_waits", True)
     monkeypatch.setattr(store, "end_and_claim", failing_end)
     with pytest.raises(PersistenceError, match="went away"):
         await asyncio.wait_for(make_agent(store, ledger, steps=1).batch(prompts(3), name="lost", concurrency=1,
