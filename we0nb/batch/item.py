@@ -22,12 +22,14 @@ from typing import Any, Callable, Optional
 
 from .._ids import now
 from ..errors import LeaseLostError, ModelProviderError, SessionBusyError
+from ..engine.request import RunRequest
 from ..engine.run import Run
-from ..messages import AssistantMessage, Transcript
+from ..messages import AssistantMessage, Session, Transcript
+from ..persistence.base import Lease
 from ..persistence.batches import BatchItem, ItemEnd
 from .prompts import prompt_messages
 
-__all__ = ["ItemOutcome", "run_item", "released", "RATE_LIMITED"]
+__all__ = ["ItemOutcome", "Ready", "prepare", "reserve", "give_back", "run_item", "released", "RATE_LIMITED"]
 
 log = logging.getLogger("we0nb.batch")
 
@@ -70,21 +72,62 @@ class _Counts:
     output_tokens: int = 0
 
 
-async def run_item(agent: Any, it: BatchItem, stop: asyncio.Event, *, own_sessions: bool, backoff: float,
-                   after_last_call: Optional[Callable[[], None]] = None) -> ItemOutcome:
-    """Run ``it`` (claimed by the caller) until its turn ends, fails or ``stop`` is set. The
-    outcome's ``release`` is the caller's to wait for (:func:`released`); ``after_last_call``
-    is the run's (:class:`~we0nb.engine.run.Run`)."""
-    t0 = time.monotonic()
+@dataclass
+class Ready:
+    """A claimed item's run request, and — when taken ahead (:func:`reserve`) — its session's
+    lease with the session as read then, which the run starts from."""
+
+    item: BatchItem
+    request: RunRequest
+    held: Optional[tuple[Lease, Optional[Session]]] = None
+
+
+async def prepare(agent: Any, it: BatchItem, stop: asyncio.Event) -> Ready:
+    """The run ``it`` needs: its prompt on the first attempt (or on a session a crashed attempt
+    left empty), else a resume of its session."""
     mode, messages = "prompt", prompt_messages(it.prompt)
     if it.attempts > 1 and (await agent.persistence.load_transcript(it.session_id)).messages:
         mode, messages = "resume", None
-    request = agent.build_request(abort=stop, mode=mode, session_id=it.session_id, messages=messages)
+    return Ready(it, agent.build_request(abort=stop, mode=mode, session_id=it.session_id, messages=messages))
+
+
+async def reserve(agent: Any, it: BatchItem, stop: asyncio.Event) -> "Ready | BatchItem":
+    """``it`` made ready with its session's lease held, or ``it`` as it was when that fails (a
+    busy session, a database error): its run then meets the failure again, and ends as usual."""
+    try:
+        ready = await prepare(agent, it, stop)
+        ready.held = await agent.persistence.lease_and_session(it.session_id, ready.request.run_id)
+    except Exception as e:
+        log.debug("batch item %d could not be made ready ahead (its run tries again): %s: %s",
+                  it.item, type(e).__name__, e)
+        return it
+    return ready
+
+
+async def give_back(store: Any, name: str, owner: str, taken: "Ready | BatchItem") -> None:
+    """Give back an item claimed ahead that no run started: its lease, and the claim itself
+    (the item is as before, its attempt returned)."""
+    it = taken.item if isinstance(taken, Ready) else taken
+    try:
+        if isinstance(taken, Ready) and taken.held is not None:
+            await taken.held[0].release()
+    finally:
+        await store.end_batch_item(name, it.item, owner, _given_back(it))
+
+
+async def run_item(agent: Any, taken: "Ready | BatchItem", stop: asyncio.Event, *, own_sessions: bool,
+                   backoff: float, after_last_call: Optional[Callable[[], None]] = None) -> ItemOutcome:
+    """Run an item claimed by the caller (made ready ahead, or not yet) until its turn ends,
+    fails or ``stop`` is set. The outcome's ``release`` is the caller's to wait for
+    (:func:`released`); ``after_last_call`` is the run's (:class:`~we0nb.engine.run.Run`)."""
+    t0 = time.monotonic()
+    ready = taken if isinstance(taken, Ready) else await prepare(agent, taken, stop)
+    it, request = ready.item, ready.request
     # (it reads each event once, and nobody watches it live)
     run = Run(agent, request, structured=agent.output_type is not None, copies=False, pipelined=True,
-              after_last_call=after_last_call)
+              after_last_call=after_last_call, held=ready.held)
     try:
-        outcome = await _outcome(agent, it, run, t0, stop, clean=mode == "prompt" and own_sessions,
+        outcome = await _outcome(agent, it, run, t0, stop, clean=request.mode == "prompt" and own_sessions,
                                  backoff=backoff)
     except BaseException:
         if run.released is not None:  # (the batch was cancelled: released before it goes)

@@ -22,7 +22,8 @@ from typing import Any, Callable, Coroutine, Optional
 from .._ids import new_id, now
 from ..persistence.base import lease_owner
 from ..persistence.batches import BatchItem
-from .item import ItemOutcome, released, run_item
+from .ahead import Ahead, ahead_size
+from .item import ItemOutcome, Ready, released, run_item
 
 __all__ = ["Worker", "LIVE_WORKERS"]
 
@@ -60,6 +61,8 @@ class Worker:
         self.stopped: Optional[str] = None  # "aborted" | "max_failures"
         self.backoff = 0.0
         self.paused_until = 0.0
+        self.ahead = Ahead(agent, stop, ahead_size(concurrency, self.store.commit_waits),
+                           lambda n: self._claim_items(n, counted=False))
 
     async def run(self) -> Optional[str]:
         """Work until every item of the batch has ended (or a stop); returns why it stopped early."""
@@ -75,6 +78,7 @@ class Worker:
             if not stop_wait.done():
                 stop_wait.cancel()
             await asyncio.shield(self._give_back())
+            await asyncio.shield(self.ahead.close(self.store, self.name, self.owner))
             LIVE_WORKERS.discard(self.owner)
         return self.stopped
 
@@ -97,25 +101,41 @@ class Worker:
                 lane.result()  # a lane's failure to record an end is the batch's failure
 
     async def _claim(self) -> int:
-        """Claim an item for each free lane and start the lanes."""
+        """Take an item for each free lane (those taken ahead first) and start the lanes."""
         free = self.concurrency - len(self.lanes)
-        items = await self._claim_items(free) if free > 0 else []
+        items: list[Any] = []
+        if free > 0 and self._goes_on():
+            items = self.ahead.take(free)
+            self.progress.claimed(len(items))
+            if len(items) < free:
+                items += await self._claim_items(free - len(items))
         for it in items:
             lane = asyncio.ensure_future(self._lane(it))
             self.lanes.add(lane)
             lane.add_done_callback(self._on_exit)
         return len(items)
 
-    async def _claim_items(self, n: int) -> list[BatchItem]:
+    async def _claim_items(self, n: int, *, counted: bool = True) -> list[BatchItem]:
+        """Claim up to ``n`` items (none while the worker may take no more); ``counted``: the
+        progress counts them running (an item taken ahead is counted once a slot takes it)."""
         if self.stopped is not None or time.monotonic() < self.paused_until:
             return []
         t = now()
         items = await self.store.claim_batch_items(self.name, self.owner, n, now=t, expires=t + self.ttl)
-        if items:
+        if items and counted:
             self.progress.claimed(len(items))
         return items
 
-    async def _lane(self, it: Optional[BatchItem]) -> None:
+    async def _next(self) -> "Optional[Ready | BatchItem]":
+        """A slot's next item: one taken ahead, else one claimed now (None: nothing to take)."""
+        taken = self.ahead.take()
+        if taken:
+            self.progress.claimed(1)
+            return taken[0]
+        items = await self._claim_items(1)
+        return items[0] if items else None
+
+    async def _lane(self, it: "Optional[Ready | BatchItem]") -> None:
         """Run items one after another in this slot (see :meth:`_turn`); the lane ends once the
         ends of all its items are recorded."""
         finishing: list["asyncio.Future[None]"] = []
@@ -133,16 +153,18 @@ class Worker:
         if finishing:
             await asyncio.gather(*finishing)  # a failure to record an end is the batch's failure
 
-    async def _turn(self, it: BatchItem, finishing: list["asyncio.Future[None]"]) -> Optional[BatchItem]:
-        """Run ``it``; the slot's next item. An item that ends first records its end and claims the
+    async def _turn(self, taken: "Ready | BatchItem", finishing: list["asyncio.Future[None]"]
+                    ) -> "Optional[Ready | BatchItem]":
+        """Run ``taken``; the slot's next item. An item that ends first records its end and claims the
         next in one call to the store (this task: no trip through the loop's queue). An item past
-        its last model call hands the slot on at once: the next item is claimed and started while
-        this one's last writes and its end go on beside it (in ``finishing``), so a slot waits for
-        no commit between two items' model calls — on a store whose commits wait; on one that
-        answers at once (:attr:`~we0nb.persistence.base.Persistence.commit_waits`) an item's last
-        writes take no time, and it runs in this task."""
+        its last model call hands the slot on at once: the next item is taken (:meth:`_next`) and
+        started while this one's last writes and its end go on beside it (in ``finishing``), so a
+        slot waits for no commit between two items' model calls — on a store whose commits wait; on
+        one that answers at once (:attr:`~we0nb.persistence.base.Persistence.commit_waits`) an
+        item's last writes take no time, and it runs in this task."""
+        it = taken.item if isinstance(taken, Ready) else taken
         if not self.store.commit_waits:
-            outcome = await self._run(it)
+            outcome = await self._run(taken)
             return await self._record(it, outcome, claim=self._goes_on_after(outcome))
         turned = asyncio.get_running_loop().create_future()
 
@@ -150,7 +172,7 @@ class Worker:
             if not turned.done():
                 turned.set_result(None)
 
-        run = asyncio.ensure_future(self._run(it, after_last_call=turn))
+        run = asyncio.ensure_future(self._run(taken, after_last_call=turn))
         run.add_done_callback(turn)
         try:
             await turned
@@ -161,12 +183,11 @@ class Worker:
             outcome = run.result()
             return await self._record(it, outcome, claim=self._goes_on_after(outcome))
         finishing.append(asyncio.ensure_future(self._finish(it, run)))
-        items = await self._claim_items(1) if self._goes_on() else []
-        return items[0] if items else None
+        return await self._next() if self._goes_on() else None
 
-    def _run(self, it: BatchItem, after_last_call: Optional[Callable[[], None]] = None
+    def _run(self, taken: "Ready | BatchItem", after_last_call: Optional[Callable[[], None]] = None
              ) -> "Coroutine[Any, Any, ItemOutcome]":
-        return run_item(self.agent, it, self.stop, own_sessions=self.own_sessions,
+        return run_item(self.agent, taken, self.stop, own_sessions=self.own_sessions,
                         backoff=max(self.backoff, self.BACKOFF), after_last_call=after_last_call)
 
     async def _finish(self, it: BatchItem, run: "asyncio.Future[ItemOutcome]") -> None:

@@ -37,6 +37,7 @@ from ..messages import (
     turn_pending,
 )
 from ..models.base import FinishEvent
+from ..persistence.base import Lease
 from .abort import Aborted, AbortScope
 from .compaction import Compactor
 from .executor import ToolExecutor, denied, interrupted
@@ -63,7 +64,8 @@ class Run:
     """One run of the loop for one validated :class:`RunRequest`."""
 
     def __init__(self, agent: AgentSettings, request: RunRequest, *, structured: bool, copies: bool = True,
-                 pipelined: bool = False, after_last_call: Optional[Callable[[], None]] = None):
+                 pipelined: bool = False, after_last_call: Optional[Callable[[], None]] = None,
+                 held: Optional[tuple[Lease, Optional[Session]]] = None):
         """``copies=False``: events carry the live parts and messages instead of copies — only
         for a consumer of this package that reads each event at once and keeps none of them
         (a batch item: it saves a tenth of a step's CPU).
@@ -79,7 +81,12 @@ class Run:
         store with what the consumer sends next).
 
         ``after_last_call``: called once the turn needs the model no more, before the run's last
-        commit (a batch slot starts its next item then, while this one's last writes go on)."""
+        commit (a batch slot starts its next item then, while this one's last writes go on).
+
+        ``held``: the session's lease, taken for this request's ``run_id``, and the session as
+        read with it (:meth:`~we0nb.persistence.base.Persistence.lease_and_session`) — a batch
+        takes them for its next items before a slot needs one, so the run starts without a
+        round trip. The run owns the lease from then on: it releases it however it ends."""
         self.agent = agent
         self.req = request
         self.p = agent.persistence
@@ -92,6 +99,9 @@ class Run:
         #: or released before the run ended)
         self.released: Optional["asyncio.Future[None]"] = None
         self._stored: Optional[Session] = None  # the session as read with the lease
+        if held is not None and held[0].run_id != request.run_id:
+            raise ValueError(f"the lease held was taken for run {held[0].run_id!r}, not this run's {request.run_id!r}")
+        self.held = held
 
     # ------------------------------------------------------------------ the run
 
@@ -99,8 +109,13 @@ class Run:
         """The run as events. Deltas cross only this generator and the processor's: keep it flat."""
         req = self.req
         if req.abort.is_set():
+            if self.held is not None:
+                await self.held[0].release()
             raise asyncio.CancelledError("aborted before the run started")
-        lease, self._stored = await self.p.lease_and_session(req.session_id, req.run_id)
+        if self.held is not None:
+            lease, self._stored = self.held
+        else:
+            lease, self._stored = await self.p.lease_and_session(req.session_id, req.run_id)
         scope = AbortScope(req.abort)
         scope.start()
         writer = Writer(self.p, lease, self.agent.flush_interval)
