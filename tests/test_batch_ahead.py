@@ -117,7 +117,7 @@ async def test_items_refilled_while_a_slot_takes_one_are_all_kept(store, tmp_pat
     await ahead.filling
     assert first.item == 0 and [r.item.item for r in ahead.items] == [1, 2]
     assert all(isinstance(r, Ready) and r.held is not None for r in ahead.items)
-    await ahead.close(store, "race", OWNER)
+    await ahead.give_back_all(store, "race", OWNER)
 
 
 async def test_a_worker_that_stops_gives_back_what_it_took_ahead_as_it_was(store, tmp_path, monkeypatch) -> None:
@@ -137,7 +137,7 @@ async def test_a_worker_that_stops_gives_back_what_it_took_ahead_as_it_was(store
     ahead.claim = slow_claim
     (taken,) = ahead.take()  # a refill starts, and waits
     await taken.held[0].release()
-    closing = asyncio.ensure_future(ahead.close(store, "back", OWNER))
+    closing = asyncio.ensure_future(ahead.give_back_all(store, "back", OWNER))
     await asyncio.sleep(0.05)
     assert not closing.done()  # it waits for the refill under way: those items are given back too
     gate.set()
@@ -149,6 +149,28 @@ async def test_a_worker_that_stops_gives_back_what_it_took_ahead_as_it_was(store
         assert (it.status, it.attempts, it.owner, it.started) == ("pending", 0, None, None), it
         assert await session_is_free(store, it.session_id)
     assert ahead.items == []
+
+
+async def test_a_worker_paused_by_a_rate_limit_gives_back_what_it_took_ahead(store, tmp_path) -> None:
+    """Other workers may run those items meanwhile; nothing of this worker's stays ``running``."""
+    agent = agent_on(store, tmp_path, steps=0, delay=0.02, rate_limit={"p0": 1})
+    seen: list[list[str]] = []
+
+    async def watch() -> None:
+        while True:
+            items = await store.batch_items("paused")
+            if items and items[0].error and items[0].error.startswith("rate limited"):  # the pause began
+                await asyncio.sleep(0.3)  # (it lasts 1 s)
+                seen.append([it.status for it in await store.batch_items("paused")])
+                return
+            await asyncio.sleep(0.005)
+
+    watcher = asyncio.ensure_future(watch())
+    batch = await agent.batch([f"p{i}" for i in range(6)], name="paused", concurrency=1, progress=False)
+    await watcher
+    assert batch.counts == {"stop": 6}
+    assert seen and "running" not in seen[0], seen  # (the two taken ahead were given back)
+    assert batch.items[0].attempts == 2 and all(it.attempts == 1 for it in batch.items[1:])
 
 
 async def test_an_item_whose_session_is_busy_is_kept_without_its_lease(store, tmp_path) -> None:

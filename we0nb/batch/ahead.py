@@ -11,7 +11,8 @@ ready (slots that started together end together, and drain it) claims its own, a
 What it costs: up to ``size`` claims (a third of the concurrency) are held a few
 milliseconds before a run starts. Their claims and leases are renewed like running items'
 (the worker's and the leases' heartbeats); a worker that dies leaves them to the others
-exactly as its running items; a worker that stops gives them back untouched (:meth:`close`):
+exactly as its running items; a worker that stops, or pauses for a provider's rate limit (so
+that other workers may run them meanwhile), gives them back untouched (:meth:`give_back_all`):
 the item is as before its claim, its attempt returned. The progress counts an item as
 running once a slot takes it, not while it waits here.
 """
@@ -72,7 +73,7 @@ class Ahead:
         finally:
             self.filling = None
 
-    async def close(self, store: Any, name: str, owner: str) -> None:
+    async def give_back_all(self, store: Any, name: str, owner: str) -> None:
         """Give back every item still here (after the refill under way, if any)."""
         if self.filling is not None:
             await asyncio.wait([self.filling])

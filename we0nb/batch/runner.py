@@ -78,7 +78,7 @@ class Worker:
             if not stop_wait.done():
                 stop_wait.cancel()
             await asyncio.shield(self._give_back())
-            await asyncio.shield(self.ahead.close(self.store, self.name, self.owner))
+            await asyncio.shield(self.ahead.give_back_all(self.store, self.name, self.owner))
             LIVE_WORKERS.discard(self.owner)
         return self.stopped
 
@@ -101,9 +101,12 @@ class Worker:
                 lane.result()  # a lane's failure to record an end is the batch's failure
 
     async def _claim(self) -> int:
-        """Take an item for each free lane (those taken ahead first) and start the lanes."""
+        """Take an item for each free lane (those taken ahead first) and start the lanes. While a
+        rate limit pauses the worker, what it took ahead is given back (others may run it)."""
         free = self.concurrency - len(self.lanes)
         items: list[Any] = []
+        if time.monotonic() < self.paused_until and (self.ahead.items or self.ahead.filling is not None):
+            await self.ahead.give_back_all(self.store, self.name, self.owner)
         if free > 0 and self._goes_on():
             items = self.ahead.take(free)
             self.progress.claimed(len(items))
