@@ -48,12 +48,15 @@ class Ahead:
                  claim: Callable[[int], Awaitable[list[BatchItem]]]):
         self.agent, self.stop, self.size = agent, stop, size
         self.claim = claim  # claims up to n items (none once the worker may take no more)
-        self.items: list[Any] = []  # Ready (lease held) or BatchItem (its run takes the lease)
+        #: Ready (lease held) or BatchItem (its run takes the lease); one list, changed in place,
+        #: so a refill that adds to it after a wait adds to what the slots take from
+        self.items: list[Any] = []
         self.filling: Optional["asyncio.Future[None]"] = None  # the refill under way
 
     def take(self, n: int = 1) -> list[Any]:
         """Up to ``n`` items, at once (none when there are none ready); starts a refill."""
-        taken, self.items = self.items[:n], self.items[n:]
+        taken = self.items[:n]
+        del self.items[:n]
         self.top_up()
         return taken
 
@@ -66,8 +69,7 @@ class Ahead:
         try:
             items = await self.claim(self.size - len(self.items))
             # (their leases go to the store together: one round trip on PostgreSQL)
-            ready = await asyncio.gather(*(reserve(self.agent, it, self.stop) for it in items))
-            self.items += ready  # (after the wait: take() puts a new list in self.items meanwhile)
+            self.items.extend(await asyncio.gather(*(reserve(self.agent, it, self.stop) for it in items)))
         except Exception as e:  # a busy or unreachable database: the slots claim for themselves
             log.warning("could not claim batch items ahead (each slot claims its own): %s: %s", type(e).__name__, e)
         finally:
@@ -77,7 +79,8 @@ class Ahead:
         """Give back every item still here (after the refill under way, if any)."""
         if self.filling is not None:
             await asyncio.wait([self.filling])
-        items, self.items = self.items, []
+        items = self.items[:]
+        self.items.clear()
         failed = [e for e in await asyncio.gather(*(give_back(store, name, owner, it) for it in items),
                                                   return_exceptions=True) if isinstance(e, BaseException)]
         if failed:  # (their claims and leases lapse by themselves; any worker then takes the items)
