@@ -105,11 +105,12 @@ class Worker:
         rate limit pauses the worker, what it took ahead is given back (others may run it)."""
         free = self.concurrency - len(self.lanes)
         items: list[Any] = []
-        if time.monotonic() < self.paused_until and (self.ahead.items or self.ahead.filling is not None):
+        if time.monotonic() < self.paused_until:
             await self.ahead.give_back_all(self.store, self.name, self.owner)
         if free > 0 and self._goes_on():
             items = self.ahead.take(free)
-            self.progress.claimed(len(items))
+            if items:
+                self.progress.claimed(len(items))
             if len(items) < free:
                 items += await self._claim_items(free - len(items))
         for it in items:
