@@ -16,7 +16,7 @@ from we0nb.batch import item as item_module
 from we0nb.batch.ahead import Ahead, ahead_size
 from we0nb.batch.item import Ready, give_back, reserve
 from we0nb.batch.runner import Worker
-from we0nb.engine.run import Run
+from we0nb.engine.run import Run, RunOptions
 from we0nb.persistence.batches import NewItem
 
 from batchkit import Ledger, make_agent
@@ -72,7 +72,7 @@ async def test_slots_start_runs_on_leases_taken_ahead_and_each_session_is_leased
     class Recording(Run):
         def __init__(self, *a: Any, **kw: Any) -> None:
             super().__init__(*a, **kw)
-            held.append(self.held is not None)
+            held.append(self.options.held is not None)
 
     leased: list[str] = []
     lease_and_session = store.lease_and_session
@@ -193,18 +193,18 @@ async def test_a_run_starts_from_the_lease_it_is_given_and_releases_it_if_aborte
     request = agent.build_request(session_id="given", messages=[user_message("hi")])
     other = await store.acquire_lease("given", "run_else")
     with pytest.raises(ValueError, match="taken for run 'run_else'"):
-        Run(agent, request, structured=False, held=(other, None))
+        Run(agent, request, structured=False, options=RunOptions(held=(other, None)))
     await other.release()
     abort = asyncio.Event()
     abort.set()
     cut = agent.build_request(session_id="cut", messages=[user_message("hi")], abort=abort)
-    run = Run(agent, cut, structured=False, held=await store.lease_and_session("cut", cut.run_id))
+    run = Run(agent, cut, structured=False, options=RunOptions(held=await store.lease_and_session("cut", cut.run_id)))
     with pytest.raises(asyncio.CancelledError):
         async for _ in run.events():
             pass
     assert await session_is_free(store, "cut")
     ok = agent.build_request(session_id="ok", messages=[user_message("hi")])
-    run = Run(agent, ok, structured=False, held=await store.lease_and_session("ok", ok.run_id))
+    run = Run(agent, ok, structured=False, options=RunOptions(held=await store.lease_and_session("ok", ok.run_id)))
     async for _ in run.events():
         pass
     assert run.result is not None and run.result.text == "answer to hi"

@@ -26,7 +26,8 @@ XSS = '<img src=x onerror="window.__pwned=1">'
 
 CELLS = [
     """import we0nb
-from we0nb import We0Agent, ScriptedModel, reasoning, text, tool, tool_call
+from we0nb import We0Agent, ScriptedModel, text, tool, tool_call
+from we0nb.testing import reasoning
 from we0nb.notebook import RunPanel
 
 XSS = '<img src=x onerror="window.__pwned=1">'

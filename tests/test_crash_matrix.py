@@ -227,7 +227,7 @@ def test_kill_at_durability_point_then_resume(zygote: Zygote, target: Target, po
     if point in ("before_body", "inside_tool"):
         if policy == "effects":  # never run again: interrupted by the resume
             assert p1.state.status == "error"
-            assert p1.state.metadata == {"interrupted": True, "reason": "resume"}
+            assert p1.state.metadata.items() >= {"interrupted": True, "reason": "resume"}.items()
         else:  # read-only: recalled with its persisted input, result written to the same part
             assert p1.state.status == "completed"
             assert p1.state.metadata.get("recalled") is True

@@ -99,9 +99,9 @@ async def test_abort_during_an_async_tool_cancels_it_and_leaves_it_running():
     # resume: the side-effect tool is interrupted, the read-only one recalled
     r = await agent.invoke(mode="resume", session_id=SID)
     parts = [p for p in (await agent.transcript(SID)).messages[1].parts if p.type == "tool"]
-    assert parts[0].state.metadata == {"interrupted": True, "reason": "resume"}
+    assert parts[0].state.metadata.items() >= {"interrupted": True, "reason": "resume"}.items()
     # lookup is read-only but comes after an interrupt: interrupted too, never run
-    assert parts[1].state.metadata == {"interrupted": True, "reason": "resume"}
+    assert parts[1].state.metadata.items() >= {"interrupted": True, "reason": "resume"}.items()
     assert r.text == "after"
 
 
@@ -144,7 +144,7 @@ async def test_prompt_after_abort_interrupts_instead_of_recalling():
     r = await agent.invoke(session_id=SID, messages=[user_message("something else")])
     assert r.text == "new turn" and ran == ["a"]
     part = (await agent.transcript(SID)).messages[1].tool_parts[0]
-    assert part.state.metadata == {"interrupted": True, "reason": "prompt"}
+    assert part.state.metadata.items() >= {"interrupted": True, "reason": "prompt"}.items()
 
 
 async def test_abort_set_from_another_thread_via_call_soon_threadsafe():

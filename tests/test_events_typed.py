@@ -6,7 +6,8 @@ import typing
 
 from pydantic import TypeAdapter
 
-from we0nb import MemoryPersistence, ScriptedModel, We0Agent, reasoning, text, tool, tool_call, usage, user_message
+from we0nb import MemoryPersistence, ScriptedModel, We0Agent, text, tool, tool_call, user_message
+from we0nb.testing import reasoning, usage
 from we0nb.engine import events as E
 
 BY_TYPE = {typing.get_type_hints(cls)["type"].__args__[0]: cls for cls in typing.get_args(E.Event)}

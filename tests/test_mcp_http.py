@@ -57,7 +57,7 @@ async def test_abort_over_http_cancels_the_call_on_the_server(http_server: HttpS
                           what="the server to see the cancellation")
         r = await agent.invoke(mode="resume", session_id="s1")
         (p,) = parts(await agent.transcript("s1"))
-    assert r.result == "stop" and p.state.metadata == {"interrupted": True, "reason": "resume"}
+    assert r.result == "stop" and p.state.metadata.items() >= {"interrupted": True, "reason": "resume"}.items()
 
 
 async def test_an_http_server_killed_mid_call_is_an_error_and_a_restarted_one_is_reconnected(

@@ -148,7 +148,7 @@ async def test_bad_json_or_schema_records_nothing_then_an_edit_is_approved_from_
     paid, denied = t.messages[1].tool_parts
     assert paid.state.input == {"to": "carol", "amount": 7}
     assert paid.state.metadata["original_input"] == {"to": XSS, "amount": 5}
-    assert denied.state.metadata == {"denied": True, "reason": "not <bob>"}
+    assert denied.state.metadata.items() >= {"denied": True, "reason": "not <bob>"}.items()
 
 
 async def test_an_unchanged_text_approves_the_models_arguments():

@@ -16,7 +16,7 @@ import pytest
 
 from we0nb import (FunctionModel, MemoryPersistence, ModelError, PersistenceError, SqlPersistence, We0Agent, text, tool,
                    tool_call, user_message)
-from we0nb.engine.run import Run
+from we0nb.engine.run import Run, RunOptions
 from we0nb.messages import StepStartPart, TextPart, ToolPart
 from we0nb.models.base import ToolResult, UserTurn
 
@@ -96,7 +96,7 @@ async def _events(agent: We0Agent, sid: str, *, pipelined: bool, mode: str = "pr
                   abort: Optional[asyncio.Event] = None, prompt: Optional[str] = None) -> list[dict[str, Any]]:
     request = agent.build_request(session_id=sid, mode=mode, abort=abort,
                                   messages=[user_message(prompt or f"go {sid}")] if mode == "prompt" else None)
-    run = Run(agent, request, structured=False, pipelined=pipelined)
+    run = Run(agent, request, structured=False, options=RunOptions(pipelined=pipelined))
     return [ev async for ev in run.events()]
 
 
@@ -231,7 +231,7 @@ async def test_an_abort_during_a_pipelined_step_persists_its_start_and_resume_fi
 async def test_pipelined_does_nothing_on_a_store_that_answers_at_once() -> None:
     agent = _agent(MemoryPersistence())
     request = agent.build_request(session_id="m", messages=[user_message("go")])
-    assert Run(agent, request, structured=False, pipelined=True).pipelined is False
+    assert Run(agent, request, structured=False, options=RunOptions(pipelined=True)).pipelined is False
 
 
 async def test_batch_items_run_pipelined() -> None:

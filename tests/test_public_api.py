@@ -13,13 +13,47 @@ import we0nb
 import we0nb.testing
 
 
+#: the public surface, pinned: a name added or removed here is a decision, not an accident
+PUBLIC = {
+    "We0Agent", "RunRequest", "RunResult", "Event", "user_message", "plan_recovery",
+    "MemoryPersistence", "SqlPersistence", "Persistence",
+    "tool", "AnyToolDefinition", "ToolDefinition", "ToolPolicy", "ToolContext", "Reconciled", "ToolError",
+    "ToolReturn",
+    "Model", "ModelRequest", "ScriptedModel", "FunctionModel", "OpenAIChatModel", "AnthropicModel", "local_model",
+    "Session", "UserMessage", "AssistantMessage", "MessageError", "Usage", "Transcript", "MessageWithParts",
+    "Part", "TextPart", "ReasoningPart", "ToolPart", "StepStartPart", "StepFinishPart", "CompactionPart",
+    "ToolState", "ToolStatePending", "ToolStateRunning", "ToolStateCompleted", "ToolStateError",
+    "We0Error", "SessionBusyError", "LeaseLostError", "MaxStepsExceeded", "ModelError", "OutputValidationError",
+    "ScriptExhaustedError", "PersistenceError", "CorruptRecordError", "SchemaVersionError",
+    "ModelProviderError", "ModelAuthenticationError", "ContextWindowExceeded", "CompactionError",
+    "MissingExtraError", "MCPServer", "MCPServerError",
+    "show", "RunPanel", "sessions_df", "messages_df", "parts_df", "tool_calls_df", "session_summary",
+    "expand_json", "plot_timeline", "plot_tools",
+    "BatchResult", "batches_df", "batch_df",
+    "load_ipython_extension",
+}
+#: importable from the top because SPEC names them there, but not star-imported over a
+#: notebook's own variables: they belong to we0nb.testing
+SPEC_ALIASES = {"text", "tool_call", "output"}
+
+
+def test_all_is_pinned() -> None:
+    assert set(we0nb.__all__) == PUBLIC
+    assert len(we0nb.__all__) == len(set(we0nb.__all__))
+
+
 def test_all_equals_the_public_members() -> None:
     # as httpx's test_exported_members: nothing public is left out of __all__, nothing stale is in it
     members = {name for name, value in vars(we0nb).items()
                if not name.startswith("_") and not inspect.ismodule(value) and name != "annotations"
                and name != "TYPE_CHECKING"}
-    assert members | set(we0nb._LAZY) == set(we0nb.__all__)
-    assert len(we0nb.__all__) == len(set(we0nb.__all__))
+    assert (members - SPEC_ALIASES) | set(we0nb._LAZY) == set(we0nb.__all__)
+
+
+def test_star_import_does_not_overwrite_a_notebooks_short_names() -> None:
+    namespace: dict = {"text": "my text", "output": 1, "usage": 2, "fail": 3}
+    exec("from we0nb import *", namespace)
+    assert (namespace["text"], namespace["output"], namespace["usage"], namespace["fail"]) == ("my text", 1, 2, 3)
 
 
 def test_every_name_resolves_and_dir_lists_the_lazy_ones() -> None:
@@ -29,8 +63,16 @@ def test_every_name_resolves_and_dir_lists_the_lazy_ones() -> None:
 
 
 def test_script_builders_live_in_testing_and_are_aliased() -> None:
-    for name in ("text", "output", "fail", "usage", "reasoning", "tool_call", "ScriptedModel", "FunctionModel"):
+    import warnings
+
+    for name in ("text", "output", "tool_call", "ScriptedModel", "FunctionModel"):
         assert getattr(we0nb.testing, name) is getattr(we0nb, name)
+    for name in ("fail", "usage", "reasoning"):  # not SPEC names: still readable, with a warning
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert getattr(we0nb, name) is getattr(we0nb.testing, name)
+        assert [w.category for w in caught] == [DeprecationWarning]
+        assert f"we0nb.testing.{name}" in str(caught[0].message)
 
 
 def test_version_and_py_typed_come_from_the_installed_package() -> None:

@@ -250,7 +250,7 @@ async def test_abort_then_resume_in_a_new_instance(backend: Backend) -> None:
     assert r.result == "stop" and ran == ["a"]
     tr = await backend.fresh().load_transcript("ses_ab")
     (tp,) = [x for m in tr.messages for x in m.tool_parts]
-    assert tp.state.status == "error" and tp.state.metadata == {"interrupted": True, "reason": "resume"}
+    assert tp.state.status == "error" and tp.state.metadata.items() >= {"interrupted": True, "reason": "resume"}.items()
 
 
 # --------------------------------------------------------------------------- SQL specifics

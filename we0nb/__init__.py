@@ -1,23 +1,31 @@
 """we0nb — a Jupyter-first asyncio agent engine whose resume never repeats a side effect.
 
-The names of SPEC.md are re-exported here; everything else lives in sub-packages.
+The names of SPEC.md are re-exported here; everything else lives in sub-packages. Names whose
+module is heavy (SQLAlchemy, pandas, Jupyter, a provider's client) are imported on first use
+(:mod:`we0nb._lazy`), so ``import we0nb`` stays light. This package is also where the layers
+are composed: the engine never imports the batch package, so its ``We0Agent.batch`` is
+connected here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any as _Any
 
+from ._extras import MissingExtraError
+from ._lazy import lazy_names as _lazy_names
 from .engine import RunRequest, RunResult, We0Agent, plan_recovery, user_message
+from .engine.agent import use_batch_runner as _use_batch_runner
+from .engine.events import Event
 from .errors import (
     CompactionError,
     ContextWindowExceeded,
     CorruptRecordError,
     LeaseLostError,
-    ModelAuthenticationError,
-    ModelProviderError,
     MaxStepsExceeded,
     MCPServerError,
+    ModelAuthenticationError,
     ModelError,
+    ModelProviderError,
     OutputValidationError,
     PersistenceError,
     SchemaVersionError,
@@ -25,7 +33,6 @@ from .errors import (
     SessionBusyError,
     We0Error,
 )
-from ._extras import MissingExtraError
 from .messages import (
     AssistantMessage,
     CompactionPart,
@@ -49,19 +56,21 @@ from .messages import (
 )
 from .models import FunctionModel, Model, ModelRequest, ScriptedModel
 from .persistence import MemoryPersistence, Persistence
-from .testing import fail, output, reasoning, text, tool_call, usage  # aliases of we0nb.testing
-from .tools import AnyToolDefinition, ToolDefinition, ToolPolicy, tool
+from .testing import output, text, tool_call  # SPEC names them here too; they belong to we0nb.testing
+from .tools import (AnyToolDefinition, Reconciled, ToolContext, ToolDefinition, ToolError, ToolPolicy, ToolReturn,
+                    tool)
 
 if TYPE_CHECKING:  # the lazy names, for IDEs and type checkers
+    from .batch import BatchResult
     from .mcp import MCPServer
     from .models.anthropic import AnthropicModel
     from .models.local import local_model
     from .models.openai import OpenAIChatModel
+    from .notebook.batch_frames import batch_df, batches_df
     from .notebook.frames import expand_json, messages_df, parts_df, session_summary, sessions_df, tool_calls_df
     from .notebook.live import show
+    from .notebook.panel import RunPanel
     from .notebook.plots import plot_timeline, plot_tools
-    from .batch import BatchResult
-    from .notebook.batch_frames import batch_df, batches_df
     from .persistence.sql import SqlPersistence
 
 
@@ -77,25 +86,33 @@ def _version() -> str:
 __version__ = _version()
 
 __all__ = [
-    "We0Agent", "RunRequest", "RunResult", "user_message", "plan_recovery",
+    # running an agent
+    "We0Agent", "RunRequest", "RunResult", "Event", "user_message", "plan_recovery",
+    # stores
     "MemoryPersistence", "SqlPersistence", "Persistence",
-    "tool", "AnyToolDefinition", "ToolDefinition", "ToolPolicy",
+    # tools
+    "tool", "AnyToolDefinition", "ToolDefinition", "ToolPolicy", "ToolContext", "Reconciled", "ToolError",
+    "ToolReturn",
+    # models (the script builders text, tool_call, output… live in we0nb.testing)
     "Model", "ModelRequest", "ScriptedModel", "FunctionModel", "OpenAIChatModel", "AnthropicModel", "local_model",
-    "text", "reasoning", "tool_call", "output", "usage", "fail",
+    # the data model
     "Session", "UserMessage", "AssistantMessage", "MessageError", "Usage", "Transcript", "MessageWithParts",
     "Part", "TextPart", "ReasoningPart", "ToolPart", "StepStartPart", "StepFinishPart", "CompactionPart",
     "ToolState", "ToolStatePending", "ToolStateRunning", "ToolStateCompleted", "ToolStateError",
+    # errors
     "We0Error", "SessionBusyError", "LeaseLostError", "MaxStepsExceeded", "ModelError", "OutputValidationError",
     "ScriptExhaustedError", "PersistenceError", "CorruptRecordError", "SchemaVersionError",
     "ModelProviderError", "ModelAuthenticationError", "ContextWindowExceeded", "CompactionError",
     "MissingExtraError", "MCPServer", "MCPServerError",
-    "show", "sessions_df", "messages_df", "parts_df", "tool_calls_df", "session_summary", "expand_json",
-    "plot_timeline", "plot_tools",
+    # the notebook: live view, panel, frames, plots
+    "show", "RunPanel", "sessions_df", "messages_df", "parts_df", "tool_calls_df", "session_summary",
+    "expand_json", "plot_timeline", "plot_tools",
+    # batches
     "BatchResult", "batches_df", "batch_df",
     "load_ipython_extension",
 ]
 
-#: names imported on first use (``import we0nb`` stays light: no SQLAlchemy engine, no openai, no pandas)
+#: names imported on first use, and the module of each
 _LAZY = {
     "SqlPersistence": "we0nb.persistence.sql",
     "OpenAIChatModel": "we0nb.models.openai",
@@ -103,6 +120,7 @@ _LAZY = {
     "MCPServer": "we0nb.mcp",
     "local_model": "we0nb.models.local",
     "show": "we0nb.notebook.live",
+    "RunPanel": "we0nb.notebook.panel",
     "sessions_df": "we0nb.notebook.frames",
     "messages_df": "we0nb.notebook.frames",
     "parts_df": "we0nb.notebook.frames",
@@ -115,25 +133,24 @@ _LAZY = {
     "batches_df": "we0nb.notebook.batch_frames",
     "batch_df": "we0nb.notebook.batch_frames",
 }
+#: script builders still read from here, with a DeprecationWarning (``text``, ``tool_call`` and
+#: ``output``, which SPEC names here, are imported above without one)
+_MOVED = {"reasoning": "we0nb.testing", "usage": "we0nb.testing", "fail": "we0nb.testing"}
+
+__getattr__, __dir__ = _lazy_names(__name__, globals(), _LAZY, _MOVED)
 
 
-def load_ipython_extension(ipython):  # `%load_ext we0nb` registers the %%we0 cell magic
+def load_ipython_extension(ipython: _Any) -> None:  # `%load_ext we0nb` registers the %%we0 cell magic
     """IPython's hook for ``%load_ext we0nb``: registers the ``%%we0`` cell magic."""
     from .notebook.magics import load_ipython_extension as load
 
     load(ipython)
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'we0nb' has no attribute {name!r}")
-    import importlib
+async def _run_batch(agent: _Any, prompts: _Any, **options: _Any) -> _Any:
+    from .batch import run_batch  # (imported on first use: a batch needs the notebook's frames later)
 
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once imported, a plain attribute
-    return value
+    return await run_batch(agent, prompts, **options)
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+_use_batch_runner(_run_batch)

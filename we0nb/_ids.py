@@ -9,12 +9,13 @@ turn written from a machine whose clock is behind still sorts after the older tu
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
 from typing import Iterable, Optional
 
-__all__ = ["now", "new_id", "IdSequence", "id_time"]
+__all__ = ["now", "new_id", "IdSequence", "id_time", "call_key"]
 
 _lock = threading.Lock()
 _last = 0
@@ -99,3 +100,13 @@ class IdSequence:
         t, rand = _next(self._floor)
         self._floor = t
         return f"{prefix}_{t:014x}{rand}"
+
+
+def call_key(session_id: str, part_id: str) -> str:
+    """A tool call's idempotency key: ``we0nb-`` and 40 hex digits of SHA-256 over its session and
+    part ids — the same for every execution of the call, on any host, and different for any two
+    calls (a part id is unique in its session, a session id in its store; a fork's calls are
+    parts of another session). Printable ASCII, 46 characters. Written with the call's first
+    state and kept in every later one; derived again only for a call stored before keys existed."""
+    digest = hashlib.sha256(f"{session_id}\x00{part_id}".encode("utf-8", "surrogatepass")).hexdigest()
+    return f"we0nb-{digest[:40]}"

@@ -8,7 +8,7 @@ place, so a shallow copy of a part is a faithful snapshot.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,6 +42,7 @@ __all__ = [
     "MessageWithParts",
     "Transcript",
     "turn_pending",
+    "is_unfinished",
     "UNFINISHED_REASON",
     "UNFINISHED_MESSAGE",
 ]
@@ -211,12 +212,18 @@ class ToolStatePending(_Model):
     status: Literal["pending"] = "pending"
     input: dict[str, Any] = Field(default_factory=dict)
     raw: Optional[str] = None
+    #: ``idempotency_key`` from the moment the call is first written (see :class:`~we0nb.ToolContext`)
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class ToolStateRunning(_Model):
+    """A call written before its tool executes (the write-ahead); ``metadata`` holds its
+    ``idempotency_key`` and ``attempt`` (the number of this execution, counted from the store)."""
+
     status: Literal["running"] = "running"
     input: dict[str, Any] = Field(default_factory=dict)
     time: ToolTime
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class Attachment(_Model):
@@ -316,8 +323,7 @@ class ToolPart(_PartBase):
     @property
     def recalled(self) -> bool:
         """The call was executed again by a resume (a read-only tool that had not finished)."""
-        md = getattr(self.state, "metadata", None)
-        return bool(md) and md.get("recalled") is True
+        return self.state.metadata.get("recalled") is True
 
     @property
     def is_output(self) -> bool:
@@ -369,13 +375,9 @@ class MessageWithParts(_Displayable, BaseModel):
 
     @property
     def unfinished(self) -> bool:
-        """An assistant message that needs recovery: never closed, or a call never finished."""
+        """An assistant message that needs recovery (see :func:`is_unfinished`)."""
         info = self.info
-        if info.role != "assistant":
-            return False
-        if info.time.completed is None:
-            return True
-        return any(isinstance(p, ToolPart) and not p.finished for p in self.parts)
+        return info.role == "assistant" and is_unfinished(info, self.parts)  # type: ignore[arg-type]
 
     @property
     def awaiting_approval(self) -> list[ToolPart]:
@@ -386,6 +388,14 @@ class MessageWithParts(_Displayable, BaseModel):
     def is_summary(self) -> bool:
         """A compaction summary (what the model sees instead of the history before it)."""
         return self.info.role == "assistant" and self.info.summary  # type: ignore[union-attr]
+
+
+def is_unfinished(message: AssistantMessage, parts: "Sequence[Part]") -> bool:
+    """The single definition of "needs recovery", the seed's two signals: the message was never
+    closed, or one of its tool calls never reached a final state (pending or running)."""
+    if message.time.completed is None:
+        return True
+    return any(isinstance(p, ToolPart) and p.state.status in ("pending", "running") for p in parts)
 
 
 def turn_pending(messages: "list[MessageWithParts]") -> bool:

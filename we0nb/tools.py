@@ -4,6 +4,12 @@ The policy is what makes resume safe: ``side_effects=True`` (the default) means 
 is never executed twice — an unfinished call is interrupted, not replayed — while a
 read-only tool declares ``side_effects=False`` and is recalled. ``blocks_on_error=True``
 means an error of this tool stops the later calls of the same step.
+
+A tool with side effects can earn more than "at most once" (SPEC §11): every call carries a
+stable idempotency key (:class:`ToolContext`, passed to a parameter annotated with it), and a
+tool that deduplicates on it (``idempotent=True``) or can tell whether a call ran
+(``reconcile=fn`` returning a :class:`Reconciled`) is completed on resume instead of
+interrupted: exactly once.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import functools
 import inspect
 import json
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Generic, Optional, TypeVar, Union, get_type_hints, overload
+from typing import Any, Awaitable, Callable, Generic, Literal, Optional, TypeVar, Union, get_type_hints, overload
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -21,12 +27,74 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from ._text import clean
 
 __all__ = ["ToolDefinition", "AnyToolDefinition", "ToolPolicy", "tool", "ToolInputError", "ToolOutputError",
-           "ToolError", "ToolReturn", "to_output", "parse_arguments"]
+           "ToolError", "ToolReturn", "ToolContext", "Reconciled", "ReconcileFunction", "to_output",
+           "parse_arguments"]
 
 R = TypeVar("R")
 
 
 ApprovalRule = Union[bool, Callable[[dict[str, Any]], bool]]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What an execution of a call knows about itself, passed to a tool parameter annotated
+    ``ToolContext`` (any name, any position; never part of the schema the model sees).
+
+    ``idempotency_key`` is the same for every execution of one call — across aborts, resumes,
+    processes and hosts — and different for any two calls (also across sessions and forks):
+    printable ASCII, at most 255 characters; send it to a service that deduplicates on it
+    (an ``Idempotency-Key`` header). ``attempt`` is 1 for the call's first execution and one
+    more for each later one, counted from the store.
+    """
+
+    session_id: str
+    call_id: str
+    tool: str
+    idempotency_key: str
+    attempt: int = 1
+
+
+class Reconciled:
+    """A reconcile's answer about a call that may have run: ``Reconciled.done(output)`` (it ran;
+    ``output`` is its result, as if the tool had returned it), ``Reconciled.not_done()``, or
+    ``Reconciled.unknown(reason)``."""
+
+    __slots__ = ("kind", "output", "reason")
+
+    def __init__(self, kind: str, output: Any = None, reason: str = "") -> None:
+        if kind not in ("done", "not_done", "unknown"):
+            raise ValueError(f"Reconciled: kind must be 'done', 'not_done' or 'unknown', got {kind!r}.")
+        self.kind: Literal["done", "not_done", "unknown"] = kind  # type: ignore[assignment]
+        self.output = output
+        self.reason = str(reason)
+
+    @classmethod
+    def done(cls, output: Any = None) -> "Reconciled":
+        return cls("done", output)
+
+    @classmethod
+    def not_done(cls) -> "Reconciled":
+        return cls("not_done")
+
+    @classmethod
+    def unknown(cls, reason: str = "") -> "Reconciled":
+        return cls("unknown", reason=reason or "the reconcile could not tell")
+
+    def __repr__(self) -> str:
+        if self.kind == "done":
+            return f"Reconciled.done({self.output!r})"
+        return "Reconciled.not_done()" if self.kind == "not_done" else f"Reconciled.unknown({self.reason!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Reconciled) and (self.kind, self.output, self.reason)
+                == (other.kind, other.output, other.reason))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+#: ``fn(ctx, input)`` (sync or async) → :class:`Reconciled`: did the call of ``ctx`` run?
+ReconcileFunction = Callable[[ToolContext, dict[str, Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -37,11 +105,18 @@ class ToolPolicy:
     tools say False and are recalled). ``blocks_on_error``: an error stops the later calls of
     the step. ``requires_approval``: True, or a function of the call's input (the arguments
     as a dict) returning True when a person must approve the call before it runs.
+    ``idempotent``: executing a call again with the same idempotency key has no further
+    effect, so resume executes an unfinished call again instead of interrupting it.
+    ``reconcile``: ``fn(ctx, input)`` asked on resume whether a call found ``running`` ran
+    (see :class:`Reconciled`); ``reconcile_timeout`` bounds how long it may take (seconds).
     """
 
     side_effects: bool = True
     blocks_on_error: bool = False
     requires_approval: ApprovalRule = False
+    idempotent: bool = False
+    reconcile: Optional[ReconcileFunction] = None
+    reconcile_timeout: float = 30.0
 
     def approval_reason(self, tool_name: str, input: dict[str, Any]) -> Optional[str]:
         """Why a call with ``input`` needs a person's approval, or None when it does not."""
@@ -115,6 +190,8 @@ class ToolDefinition(Generic[R]):
     description: str = ""
     policy: ToolPolicy = field(default_factory=ToolPolicy)
     is_async: bool = False
+    #: the parameter that receives the :class:`ToolContext` (None: the function takes none)
+    context_param: Optional[str] = None
 
     @property
     def side_effects(self) -> bool:
@@ -139,8 +216,11 @@ class ToolDefinition(Generic[R]):
             raise ToolInputError(f"Invalid arguments for tool {self.name!r}: {e}") from None
         return {name: getattr(model, name) for name in type(model).model_fields}
 
-    async def call(self, kwargs: dict[str, Any]) -> Any:
-        """Run the function with validated ``kwargs`` (a sync one on a worker thread); its return value."""
+    async def call(self, kwargs: dict[str, Any], context: Optional[ToolContext] = None) -> Any:
+        """Run the function with validated ``kwargs`` (a sync one on a worker thread) and, when
+        it takes one, ``context``; its return value."""
+        if self.context_param is not None:
+            kwargs = {**kwargs, self.context_param: context}
         if self.is_async:
             return await self.function(**kwargs)  # type: ignore[misc]
         return await asyncio.to_thread(self.function, **kwargs)
@@ -166,23 +246,42 @@ def parse_arguments(tool_name: str, data: Any) -> dict[str, Any]:
     return data
 
 
-def _input_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
+def _is_context(ann: Any) -> bool:
+    """Whether an annotation names :class:`ToolContext` (also written as a string, as under
+    ``from __future__ import annotations`` when it cannot be resolved)."""
+    if ann is ToolContext:
+        return True
+    if isinstance(ann, str):
+        return ann.strip().strip("'\"").rsplit(".", 1)[-1] == "ToolContext"
+    return False
+
+
+def _input_model(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], Optional[str]]:
+    """The model of the arguments the model gives, and the parameter taking the context."""
     sig = inspect.signature(fn)
     try:
         hints = get_type_hints(fn)
     except Exception:  # unresolved forward references: fall back to the raw annotations
         hints = {}
     fields: dict[str, Any] = {}
+    context: Optional[str] = None
     for pname, param in sig.parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"Tool {name!r}: *args/**kwargs are not supported; name every parameter.")
         ann = hints.get(pname, param.annotation)
+        if _is_context(ann) or _is_context(param.annotation):
+            if context is not None:
+                raise TypeError(f"Tool {name!r}: two parameters are annotated ToolContext ({context!r} and "
+                                f"{pname!r}); declare at most one.")
+            context = pname
+            continue
         if ann is inspect.Parameter.empty:
             ann = Any
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[pname] = (ann, default)
     model_name = "".join(part.capitalize() for part in name.split("_")) + "Input"
-    return create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)  # type: ignore[call-overload]
+    model = create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)  # type: ignore[call-overload]
+    return model, context
 
 
 def _description(fn: Callable[..., Any]) -> str:
@@ -191,30 +290,30 @@ def _description(fn: Callable[..., Any]) -> str:
 
 @overload
 def tool(fn: Callable[..., Any], /, *, name: Optional[str] = None, description: Optional[str] = None,
-         side_effects: bool = True, blocks_on_error: bool = False,
-         requires_approval: ApprovalRule = False) -> AnyToolDefinition: ...
+         side_effects: bool = True, blocks_on_error: bool = False, requires_approval: ApprovalRule = False,
+         idempotent: bool = False, reconcile: Optional[ReconcileFunction] = None) -> AnyToolDefinition: ...
 
 
 @overload
 def tool(fn: None = None, /, *, name: Optional[str] = None, description: Optional[str] = None,
-         side_effects: bool = True, blocks_on_error: bool = False, requires_approval: ApprovalRule = False
+         side_effects: bool = True, blocks_on_error: bool = False, requires_approval: ApprovalRule = False,
+         idempotent: bool = False, reconcile: Optional[ReconcileFunction] = None
          ) -> Callable[[Callable[..., Any]], AnyToolDefinition]: ...
 
 
 def tool(fn=None, /, *, name=None, description=None, side_effects=True, blocks_on_error=False,
-         requires_approval=False):
+         requires_approval=False, idempotent=False, reconcile=None):
     """Turn a sync or async function into a tool definition.
 
     ``@tool``, ``@tool(side_effects=False)`` and ``tool(fn, ...)`` all work. The input
     schema comes from the type hints; the docstring is the description.
     ``requires_approval``: True, or a function of the call's input dict returning True, when
     a person must approve a call before it runs (see ``We0Agent.approve``).
+    ``idempotent`` / ``reconcile``: how resume may complete a call that may have run (see
+    :class:`ToolPolicy`, :class:`ToolContext`, :class:`Reconciled`).
     """
-    if not isinstance(side_effects, bool) or not isinstance(blocks_on_error, bool):
-        raise TypeError("tool(): side_effects and blocks_on_error must be True or False.")
-    if not isinstance(requires_approval, bool) and not callable(requires_approval):
-        raise TypeError("tool(): requires_approval must be True, False, or a function of the call's input "
-                        "(a dict) returning True when a person must approve the call.")
+    check_policy(side_effects=side_effects, blocks_on_error=blocks_on_error,
+                 requires_approval=requires_approval, idempotent=idempotent, reconcile=reconcile)
 
     def build(f: Callable[..., Any]) -> AnyToolDefinition:
         if isinstance(f, ToolDefinition):
@@ -225,16 +324,33 @@ def tool(fn=None, /, *, name=None, description=None, side_effects=True, blocks_o
         if not tool_name or tool_name == "<lambda>":
             raise TypeError("tool(): a lambda has no name; pass name='...'.")
         target = f.func if isinstance(f, functools.partial) else f
+        input_model, context = _input_model(f, tool_name)
         return ToolDefinition(
             name=tool_name,
             function=f,
-            input_model=_input_model(f, tool_name),
+            input_model=input_model,
             description=description if description is not None else _description(target),
             policy=ToolPolicy(side_effects=side_effects, blocks_on_error=blocks_on_error,
-                              requires_approval=requires_approval),
+                              requires_approval=requires_approval, idempotent=idempotent, reconcile=reconcile),
             is_async=inspect.iscoroutinefunction(target),
+            context_param=context,
         )
 
     if fn is None:
         return build
     return build(fn)
+
+
+def check_policy(*, side_effects: Any = True, blocks_on_error: Any = False, requires_approval: Any = False,
+                 idempotent: Any = False, reconcile: Any = None) -> None:
+    """A clear ``TypeError`` at definition time for a policy keyword of the wrong kind."""
+    for key, value in (("side_effects", side_effects), ("blocks_on_error", blocks_on_error),
+                       ("idempotent", idempotent)):
+        if not isinstance(value, bool):
+            raise TypeError(f"tool(): {key} must be True or False, got {value!r}.")
+    if not isinstance(requires_approval, bool) and not callable(requires_approval):
+        raise TypeError("tool(): requires_approval must be True, False, or a function of the call's input "
+                        "(a dict) returning True when a person must approve the call.")
+    if reconcile is not None and not callable(reconcile):
+        raise TypeError(f"tool(): reconcile must be a function fn(ctx, input) returning Reconciled.done(output), "
+                        f".not_done() or .unknown(reason); got {type(reconcile).__name__}.")

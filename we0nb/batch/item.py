@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 from .._ids import now
 from ..errors import LeaseLostError, ModelProviderError, SessionBusyError
 from ..engine.request import RunRequest
-from ..engine.run import Run
+from ..engine.run import Run, RunOptions
 from ..messages import AssistantMessage, Session, Transcript
 from ..persistence.base import Lease
 from ..persistence.batches import BatchItem, ItemEnd
@@ -124,8 +124,8 @@ async def run_item(agent: Any, taken: "Ready | BatchItem", stop: asyncio.Event, 
     ready = taken if isinstance(taken, Ready) else await prepare(agent, taken, stop)
     it, request = ready.item, ready.request
     # (it reads each event once, and nobody watches it live)
-    run = Run(agent, request, structured=agent.output_type is not None, copies=False, pipelined=True,
-              after_last_call=after_last_call, held=ready.held)
+    run = Run(agent, request, structured=agent.output_type is not None,
+              options=RunOptions(live_parts=True, pipelined=True, after_last_call=after_last_call, held=ready.held))
     try:
         outcome = await _outcome(agent, it, run, t0, stop, clean=request.mode == "prompt" and own_sessions,
                                  backoff=backoff)

@@ -2,8 +2,8 @@
 
 Abort costs nothing per delta beyond a flag test: a watcher waits on the run's
 ``asyncio.Event`` and, when it fires, cancels the run's task only if the run is *blocked*
-— awaiting the model's next event or a tool (:meth:`AbortScope.next`,
-:meth:`AbortScope.wait`). Between those points the engine calls :meth:`AbortScope.check`.
+— awaiting the model's next event or a tool (:attr:`AbortScope.blocked`, set by
+:meth:`AbortScope.next`, :meth:`AbortScope.wait` and the run's delta path). Between those points the engine calls :meth:`AbortScope.check`.
 Writes are never cancelled this way: a commit in progress completes. Runs that share one
 event (a batch's items) share one watcher: a task per event, not per run.
 """
@@ -46,17 +46,19 @@ _WATCHERS: "weakref.WeakKeyDictionary[asyncio.Event, _Watcher]" = weakref.WeakKe
 class AbortScope:
     """The abort plumbing of one run (start it in the run's task, close it at the end)."""
 
-    __slots__ = ("event", "_task", "_blocked", "_watcher", "cancelled_by_abort", "__weakref__")
+    __slots__ = ("event", "task", "blocked", "_watcher", "cancelled_by_abort", "__weakref__")
 
     def __init__(self, event: asyncio.Event) -> None:
         self.event = event
-        self._task: Optional[asyncio.Task[Any]] = None
-        self._blocked: Optional[asyncio.Task[Any]] = None
+        self.task: Optional[asyncio.Task[Any]] = None
+        #: the run's task while it is blocked on the model or a tool (an abort then cancels it);
+        #: set around each read by :meth:`next` and by the run's delta path
+        self.blocked: Optional[asyncio.Task[Any]] = None
         self._watcher: Optional[_Watcher] = None
         self.cancelled_by_abort = False
 
     def start(self) -> None:
-        self._task = asyncio.current_task()
+        self.task = asyncio.current_task()
         watcher = _WATCHERS.get(self.event)
         if watcher is None or watcher.task.done() or watcher.task.get_loop() is not asyncio.get_running_loop():
             # (done: the event was set earlier; another loop: left by a loop closed mid-run)
@@ -78,7 +80,7 @@ class AbortScope:
 
     def on_abort(self) -> None:
         """The event fired: cancel the run's task if it is blocked on the model or a tool."""
-        task = self._blocked
+        task = self.blocked
         if task is not None and not task.done():
             self.cancelled_by_abort = True
             task.cancel()
@@ -94,7 +96,7 @@ class AbortScope:
 
     def uncancel(self) -> None:
         """After our own cancel was caught: take it back, so the task can finish its cleanup."""
-        task = self._task
+        task = self.task
         if self.cancelled_by_abort and task is not None and hasattr(task, "uncancel"):
             task.uncancel()
 
@@ -102,19 +104,19 @@ class AbortScope:
         """The stream's next item; an abort cancels the read at once (raises StopAsyncIteration at the end)."""
         if self.event.is_set():
             raise Aborted
-        self._blocked = self._task
+        self.blocked = self.task
         try:
             return await it.__anext__()
         finally:
-            self._blocked = None
+            self.blocked = None
 
     async def wait(self, aw: Awaitable[T]) -> T:
         """Await ``aw`` (a tool) so that an abort cancels it at once."""
-        self._blocked = self._task
+        self.blocked = self.task
         try:
             return await aw
         finally:
-            self._blocked = None
+            self.blocked = None
 
     def cancelled_by_us(self) -> bool:
         """Whether a CancelledError now in flight came from this scope's abort (not a tool's own)."""

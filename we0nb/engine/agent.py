@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Optional, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
 
 from pydantic import TypeAdapter
 
@@ -15,11 +15,22 @@ from ..tools import AnyToolDefinition, ToolDefinition, tool as make_tool
 from . import approval as _approval
 from . import revert as _revert
 from .output import prompted_instructions, resolve_output_mode
+from .events import Event
 from .run import Run
 from .request import RunRequest, RunResult, UserInput, build_request, check_session_id
 from .toolset import ToolSource, ToolTable, Toolset, split_tools
 
-__all__ = ["We0Agent"]
+__all__ = ["We0Agent", "use_batch_runner"]
+
+#: how :meth:`We0Agent.batch` runs a batch: the batch package builds on the engine, never the
+#: reverse, so the package that composes them (``we0nb/__init__.py``) connects it
+_BATCH_RUNNER: Optional[Callable[..., Awaitable[Any]]] = None
+
+
+def use_batch_runner(runner: Callable[..., Awaitable[Any]]) -> None:
+    """Connect :meth:`We0Agent.batch` to the batch package (called once, by ``import we0nb``)."""
+    global _BATCH_RUNNER
+    _BATCH_RUNNER = runner
 
 
 class We0Agent:
@@ -146,7 +157,7 @@ class We0Agent:
 
     def stream(self, *, abort: Optional[asyncio.Event] = None, mode: str = "prompt",
                session_id: Optional[str] = None,
-               messages: Optional[Sequence[UserInput]] = None) -> AsyncIterator[dict[str, Any]]:
+               messages: Optional[Sequence[UserInput]] = None) -> AsyncIterator[Event]:
         """Run and yield event dicts (see :mod:`we0nb.engine.events`). Validates eagerly."""
         if self.output_type is not None:
             raise ValueError(
@@ -171,7 +182,7 @@ class We0Agent:
         assert run.result is not None
         return run.result
 
-    def stream_request(self, request: RunRequest) -> AsyncIterator[dict[str, Any]]:
+    def stream_request(self, request: RunRequest) -> AsyncIterator[Event]:
         """Stream an already-built request (the notebook panel uses this)."""
         if self.output_type is not None:
             raise ValueError("stream_request() cannot be used with output_type; use run_request().")
@@ -200,11 +211,11 @@ class We0Agent:
         ``max_failures`` stops it after that many failed items; ``retry_failed`` resumes failed
         items too. See :mod:`we0nb.batch` and the README's "Batch runs".
         """
-        from ..batch import run_batch  # (the batch package builds on the engine, not the reverse)
-
-        return await run_batch(self, prompts, name=name, concurrency=concurrency, abort=abort,
-                               progress=progress, session_ids=session_ids, max_failures=max_failures,
-                               retry_failed=retry_failed)
+        if _BATCH_RUNNER is None:  # pragma: no cover - ``import we0nb`` sets it
+            raise RuntimeError("batch runs are not available: import we0nb (it connects them).")
+        return await _BATCH_RUNNER(self, prompts, name=name, concurrency=concurrency, abort=abort,
+                                   progress=progress, session_ids=session_ids, max_failures=max_failures,
+                                   retry_failed=retry_failed)
 
     # ------------------------------------------------------------------ approvals
 

@@ -49,6 +49,7 @@ from ..messages import AssistantMessage, CompactionPart, MessageTime, MessageWit
 from ..models.base import AssistantTurn, FinishEvent, ModelMessage, ModelRequest, TextDelta, ToolResult, UserTurn
 from ..persistence.base import Batch
 from .abort import Aborted
+from .events import Event
 from .history import SUMMARY_PREFIX
 from .processor import close_stream
 
@@ -213,7 +214,7 @@ class Compactor:
                         "(4 characters a token). If its server can send usage in streams, turn it on.",
                         getattr(model, "model_id", type(model).__name__))
         return estimate_history(state.history.build(state.messages), state.agent.system_prompt,
-                                state.agent.tool_schemas)
+                                state.tools.schemas)
 
     # ------------------------------------------------------------------ the summary
 
@@ -271,7 +272,7 @@ class Compactor:
 
     # ------------------------------------------------------------------ compaction
 
-    async def compact(self) -> AsyncIterator[dict[str, Any]]:
+    async def compact(self) -> AsyncIterator[Event]:
         """Summarise; persist the summary (with the closing of a failed step and the recent tail)
         in one transaction; yield the ``compaction`` event."""
         state = self.state

@@ -9,9 +9,10 @@ type              keys
 ================  ==================================================================
 start             session_id, mode ("prompt"/"resume"), run_id
 user-message      message (UserMessage), text — prompt mode, once per written message
-recovery          action ("keep"/"recall"/"interrupt"/"execute"/"deny"/"await"), part
-                  (ToolPart) — resume, and
-                  prompt-mode interrupts; action "close", message (AssistantMessage)
+recovery          action ("keep"/"recall"/"interrupt"/"execute"/"deny"/"await"/"reconcile"),
+                  part (ToolPart) — resume, and prompt-mode interrupts; a "reconcile" is
+                  followed by the action its answer decided ("complete": it ran, and
+                  is recorded completed); action "close", message (AssistantMessage)
                   when an unfinished assistant message is closed
 step-start        step (1-based within the run), message (AssistantMessage, unfinished)
 text-start        part (TextPart)
@@ -73,7 +74,7 @@ class UserMessageEvent(TypedDict):
 
 class RecoveryEvent(TypedDict):
     type: Literal["recovery"]
-    action: Literal["keep", "recall", "interrupt", "execute", "deny", "await", "close"]
+    action: Literal["keep", "recall", "interrupt", "execute", "deny", "await", "reconcile", "complete", "close"]
     part: NotRequired[ToolPart]
     message: NotRequired[AssistantMessage]
 

@@ -1,52 +1,70 @@
-"""Tool calls, one at a time, in order: validate, write ``running`` (write-ahead), run, record.
+"""Tool calls carried out, one at a time, in order: the actions :mod:`.recovery` decides.
 
-The write-ahead is the rule that makes resume safe: a call is committed as ``running``
-*before* its tool executes, so a crash at any instant leaves either no trace of an
-execution or a ``running`` part that recovery interrupts (side effects) or recalls
-(read-only). Execution itself is :meth:`ToolDefinition.call`; this module adds the
-durability, the abort, and the error texts the model sees.
-
-A read-only call (``side_effects=False``) needs no write-ahead: recovery runs it again
-whether it finds it pending or running. In a pipelined run (a batch item on a store whose
-commits wait) its ``running`` state is therefore sent while it runs, not awaited first; its
-end state lands after it (the writer keeps their order). A call with side effects always
-waits for its write-ahead.
+The executor decides nothing: for a live step and for recovery alike it asks
+:func:`~we0nb.engine.recovery.decide` what becomes of each call and carries it out —
+validate, write ``running`` (the write-ahead, through :meth:`Writer.write_ahead`), run,
+record; interrupt; deny; reconcile. The write-ahead is what makes resume safe: a call is
+committed as ``running`` *before* its tool executes, with its idempotency key and the number
+of this execution, so a crash at any instant leaves either no trace of an execution or a
+``running`` part that recovery decides on. Execution itself is :meth:`ToolDefinition.call`;
+this module adds the durability, the abort, the context, and the error texts the model sees.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
-from .._ids import now
+from .._ids import call_key, now
 from ..messages import (ToolPart, ToolStateCompleted, ToolStateError, ToolStatePending, ToolStateRunning, ToolTime,
                         snapshot)
-from ..tools import ToolError, ToolInputError, ToolOutputError, ToolReturn, to_output
+from ..tools import (AnyToolDefinition, Reconciled, ToolContext, ToolError, ToolInputError, ToolOutputError,
+                     ToolPolicy, ToolReturn, to_output)
 from .abort import Aborted
+from .events import Event
+from .recovery import Situation, ToolAction, Walk, after_execution, after_reconcile, decide, interrupt_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .output import OutputChecker
     from .state import RunState
 
-__all__ = ["ToolExecutor", "interrupted", "denied", "INTERRUPT_TEXT"]
-
-INTERRUPT_TEXT = {
-    "resume": "Interrupted during recovery: this call never finished and was not run again "
-              "(its tool may have side effects, or an earlier call blocked it); its outcome is unknown.",
-    "prompt": "Interrupted: a new user message arrived before this call finished; it was not run again.",
-    "blocked": "Not executed: an earlier call in this step failed and its tool blocks the calls after it.",
-}
+__all__ = ["ToolExecutor", "interrupted", "denied", "key_of", "attempts_of"]
 
 
-def interrupted(state: Any, reason: str) -> ToolStateError:
-    """The final state of a call that was stopped without a result."""
+def key_of(part: ToolPart) -> str:
+    """The call's idempotency key: as first written with it (derived the same way for a call
+    stored before keys were written)."""
+    key = part.state.metadata.get("idempotency_key")  # type: ignore[union-attr]
+    return key if isinstance(key, str) else call_key(part.session_id, part.id)
+
+
+def attempts_of(part: ToolPart) -> int:
+    """How many executions of the call have started, as the store says (0: never executed)."""
+    n = part.state.metadata.get("attempt")  # type: ignore[union-attr]
+    return n if isinstance(n, int) and not isinstance(n, bool) else 0
+
+
+def _carried(part: ToolPart) -> dict[str, Any]:
+    """What every later state of a call keeps: its key, and how many executions it had."""
+    meta: dict[str, Any] = {"idempotency_key": key_of(part)}
+    n = attempts_of(part)
+    if n:
+        meta["attempt"] = n
+    return meta
+
+
+def interrupted(part: ToolPart, action: ToolAction) -> ToolStateError:
+    """The final state of a call stopped without a result (``action``: an interrupt)."""
+    state = part.state
+    reason = action.reason or "resume"
+    in_doubt = bool(action.in_doubt)
     start = state.time.start if isinstance(state, ToolStateRunning) else None
-    return ToolStateError(
-        input=state.input,
-        error=INTERRUPT_TEXT[reason],
-        metadata={"interrupted": True, "reason": reason},
-        time=ToolTime(start=start, end=now()),
-    )
+    meta: dict[str, Any] = {"interrupted": True, "reason": reason, "in_doubt": in_doubt, **_carried(part)}
+    if action.detail:
+        meta["reconcile_reason"] = action.detail
+    return ToolStateError(input=state.input, error=interrupt_text(reason, in_doubt, action.detail), metadata=meta,
+                          time=ToolTime(start=start, end=now()))
 
 
 def denied(part: ToolPart) -> ToolStateError:
@@ -57,15 +75,14 @@ def denied(part: ToolPart) -> ToolStateError:
     return ToolStateError(
         input=part.state.input,
         error=f"Denied by a person{said}. The call was not executed.",
-        metadata={"denied": True, "reason": reason},
+        metadata={"denied": True, "reason": reason, **_carried(part)},
         time=ToolTime(start=None, end=now()),
     )
 
 
 class ToolExecutor:
-    """Runs the tool calls of a run (live steps and recalls). Events carry snapshots of the
-    parts (:func:`~we0nb.messages.snapshot`): states are replaced, never mutated, so a shallow
-    copy is faithful."""
+    """Carries out the decisions on a run's tool calls (live steps, recovery). Events carry
+    snapshots of the parts: states are replaced, never mutated, so a shallow copy is faithful."""
 
     def __init__(self, state: "RunState", output: "OutputChecker") -> None:
         self.state = state
@@ -73,36 +90,65 @@ class ToolExecutor:
         #: the calls that wait for a person's decision (the run then ends "approval")
         self.awaiting: list[ToolPart] = []
 
-    async def run_step(self, calls: list[ToolPart]) -> AsyncIterator[dict[str, Any]]:
-        """The calls of a finished model stream, in order. The last call's end state is left
-        to the step's end, which the run writes right after (one commit fewer). A call that
-        awaits approval, and every call after it, stays pending (order is kept)."""
-        state = self.state
-        blocked = waiting = False
-        last_index = len(calls) - 1
-        for i, tp in enumerate(calls):
-            state.scope.check()
-            last = i == last_index
-            if not blocked and (waiting or tp.awaiting_approval):
-                waiting = True
-                if tp.awaiting_approval:
-                    self.awaiting.append(tp)
-                continue
-            if blocked:
-                tp.state = interrupted(tp.state, "blocked")
-                if last:
-                    state.writer.mark(tp)
-                else:
-                    await state.writer.write(None, tp)
-                    yield {"type": "tool", "part": state.snap(tp)}
-                continue
-            async for ev in self.execute(tp, recalled=False, defer_final=last):
-                yield ev
-            if tp.state.status == "error" and state.blocks(tp.tool):
-                blocked = True
+    def _policy(self, tool: str) -> Optional[ToolPolicy]:
+        return self.state.tools.policies.get(tool)
 
-    async def execute(self, tp: ToolPart, *, recalled: bool,
-                      defer_final: bool = False) -> AsyncIterator[dict[str, Any]]:
+    async def run_step(self, calls: list[ToolPart]) -> AsyncIterator[Event]:
+        """The calls of a finished model stream, in order. The last call's end state is left
+        to the step's end, which the run writes right after (one commit fewer)."""
+        walk, last_index = Walk(), len(calls) - 1
+        for i, tp in enumerate(calls):
+            self.state.scope.check()
+            policy = self._policy(tp.tool)
+            action, walk = decide(tp, policy, "live", walk)
+            async for ev in self.carry_out(action, tp, defer_final=i == last_index):
+                yield ev
+            walk = after_execution(walk, tp, policy) if action.action == "execute" else walk
+
+    async def recover(self, calls: list[ToolPart], situation: Situation, *, completed: bool) -> AsyncIterator[Event]:
+        """The calls of an unfinished message, in order, as recovery decides (``completed``: the
+        message was closed): a ``recovery`` event per call, then its action carried out. A
+        reconcile first asks, says what its answer decided in a second ``recovery`` event, and
+        carries that out."""
+        walk = Walk()
+        for tp in calls:
+            policy = self._policy(tp.tool)
+            action, walk = decide(tp, policy, situation, walk, completed=completed)
+            yield {"type": "recovery", "action": action.action, "part": snapshot(tp)}
+            if action.action == "reconcile":
+                assert policy is not None
+                answer = await self.reconcile(tp, policy)
+                action, walk = after_reconcile(action, answer, policy, situation, walk)
+                yield {"type": "recovery", "action": action.action, "part": snapshot(tp)}
+                if action.action == "complete":
+                    tp.state = _reconciled(tp, answer)
+                    await self.state.writer.write(None, tp)
+                    yield {"type": "tool", "part": snapshot(tp)}
+                    continue
+            async for ev in self.carry_out(action, tp):
+                yield ev
+            if action.action in ("recall", "execute"):
+                walk = after_execution(walk, tp, policy)
+
+    async def carry_out(self, action: ToolAction, tp: ToolPart, *, defer_final: bool = False) -> AsyncIterator[Event]:
+        """Do what ``action`` says to ``tp`` (keep and reconcile need nothing here)."""
+        writer = self.state.writer
+        kind = action.action
+        if kind == "await":
+            if tp.awaiting_approval:
+                self.awaiting.append(tp)
+        elif kind in ("interrupt", "deny"):
+            tp.state = interrupted(tp, action) if kind == "interrupt" else denied(tp)
+            if defer_final:
+                writer.mark(tp)
+                return
+            await writer.write(None, tp)
+            yield {"type": "tool", "part": self.state.snap(tp)}
+        elif kind in ("recall", "execute"):
+            async for ev in self.execute(tp, recalled=kind == "recall", defer_final=defer_final):
+                yield ev
+
+    async def execute(self, tp: ToolPart, *, recalled: bool, defer_final: bool = False) -> AsyncIterator[Event]:
         """Run one call: validate, write ``running`` (write-ahead), run, write the end state.
 
         With ``defer_final`` the end state is only marked: the caller's next write (the
@@ -110,13 +156,15 @@ class ToolExecutor:
         """
         state = self.state
         raw = tp.state.raw if isinstance(tp.state, ToolStatePending) else None
-        meta: dict[str, Any] = {"recalled": True} if recalled else {}
+        meta: dict[str, Any] = _carried(tp)
+        if recalled:
+            meta["recalled"] = True
         detail = tp.approval_detail if tp.approval == "approved" else None
         if detail is not None and detail.input is not None:
             # a person corrected the arguments: those run, the model's own are kept
             meta["original_input"] = detail.original_input
             if isinstance(tp.state, ToolStatePending):
-                tp.state = ToolStatePending(input=detail.input)
+                tp.state = ToolStatePending(input=detail.input, metadata=tp.state.metadata)
                 raw = None
         definition = state.tools.by_name.get(tp.tool)
         if self.output.is_output_call(tp.tool):
@@ -132,27 +180,32 @@ class ToolExecutor:
                 tp.state = ToolStateError(input=dict(tp.state.input), error=str(e), metadata=meta,
                                           time=ToolTime(start=None, end=now()))
             else:
-                tp.state = ToolStateRunning(input=dict(tp.state.input), time=ToolTime(start=now()))
-                if state.pipelined and not definition.policy.side_effects:
-                    state.writer.write_soon(None, tp)  # read-only: sent while it runs (see the module)
-                else:
-                    await state.writer.write(None, tp)  # write-ahead: durable before the tool runs
+                meta["attempt"] = attempts_of(tp) + 1
+                tp.state = ToolStateRunning(input=dict(tp.state.input), time=ToolTime(start=now()), metadata=meta)
+                # durability point: the write-ahead, with the key and the attempt, before the tool runs
+                await state.writer.write_ahead(tp, wait=definition.policy.side_effects)
                 yield {"type": "tool", "part": state.snap(tp)}
                 state.scope.check()
-                tp.state = await self._run(definition, kwargs, tp.state, meta)
+                tp.state = await self._run(definition, kwargs, tp, meta)
         if defer_final:
             state.writer.mark(tp)
             return
         await state.writer.write(None, tp)
         yield {"type": "tool", "part": state.snap(tp)}
 
-    async def _run(self, definition: Any, kwargs: dict[str, Any], running: ToolStateRunning,
+    def context(self, tp: ToolPart, attempt: int) -> ToolContext:
+        return ToolContext(session_id=tp.session_id, call_id=tp.call_id, tool=tp.tool,
+                           idempotency_key=key_of(tp), attempt=attempt)
+
+    async def _run(self, definition: AnyToolDefinition, kwargs: dict[str, Any], tp: ToolPart,
                    meta: dict[str, Any]) -> Any:
         """Execute the tool (an abort cancels it at once); its final state."""
+        running = tp.state
+        assert isinstance(running, ToolStateRunning)
         inp, start = running.input, running.time.start
         scope = self.state.scope
         try:
-            result = await scope.wait(definition.call(kwargs))
+            result = await scope.wait(definition.call(kwargs, self.context(tp, meta["attempt"])))
         except asyncio.CancelledError:
             if scope.cancelled_by_us() or _task_cancelling():
                 raise
@@ -168,24 +221,64 @@ class ToolExecutor:
             text = str(e)
             return ToolStateError(input=inp, error=f"{type(e).__name__}: {text}" if text else type(e).__name__,
                                   metadata=meta, time=ToolTime(start=start, end=now()))
-        attachments: list[Any] = []
-        if type(result) is ToolReturn:
-            attachments, result = list(result.attachments), result.output
+        return completed_state(inp, result, meta, start)
+
+    async def reconcile(self, tp: ToolPart, policy: ToolPolicy) -> Reconciled:
+        """Ask the tool's reconcile whether the ``running`` call ran. Whatever goes wrong — it
+        raises, takes longer than ``reconcile_timeout``, returns something else — is an
+        ``unknown`` answer with the reason, never a failed run. An abort cancels it at once."""
+        fn = policy.reconcile
+        assert fn is not None
+        ctx = self.context(tp, max(attempts_of(tp), 1))
+        scope = self.state.scope
         try:
-            output = to_output(result)
-        except ToolOutputError as e:
-            # it ran — its side effects happened — but its return value cannot be stored
-            return ToolStateCompleted(
-                input=inp, output=f"The tool ran, but its return value could not be stored: {e}.",
-                metadata={**meta, "output_error": str(e)}, time=ToolTime(start=start, end=now()))
-        if attachments:
-            return ToolStateCompleted(input=inp, output=output, metadata=meta, time=ToolTime(start=start, end=now()),
-                                      attachments=attachments)
-        return ToolStateCompleted(input=inp, output=output, metadata=meta, time=ToolTime(start=start, end=now()))
+            if inspect.iscoroutinefunction(fn):
+                pending: Any = fn(ctx, dict(tp.state.input))
+            else:
+                pending = asyncio.to_thread(fn, ctx, dict(tp.state.input))
+            answer = await scope.wait(asyncio.wait_for(pending, policy.reconcile_timeout))
+            if inspect.isawaitable(answer):  # (a sync function that returned a coroutine)
+                answer = await scope.wait(asyncio.wait_for(answer, policy.reconcile_timeout))
+        except asyncio.CancelledError:
+            if scope.cancelled_by_us() or _task_cancelling():
+                raise
+            return Reconciled.unknown("the reconcile was cancelled")
+        except asyncio.TimeoutError:
+            return Reconciled.unknown(f"the reconcile took longer than {policy.reconcile_timeout:g} s")
+        except Exception as e:
+            return Reconciled.unknown(f"the reconcile raised {type(e).__name__}: {e}" if str(e)
+                                      else f"the reconcile raised {type(e).__name__}")
+        if not isinstance(answer, Reconciled):
+            return Reconciled.unknown(f"the reconcile returned {type(answer).__name__}, not Reconciled.done(output), "
+                                      ".not_done() or .unknown(reason)")
+        return answer
+
+
+def completed_state(inp: dict[str, Any], result: Any, meta: dict[str, Any], start: Optional[float]) -> Any:
+    """A tool's return value as the call's completed state (attachments kept beside the output)."""
+    attachments: list[Any] = []
+    if type(result) is ToolReturn:
+        attachments, result = list(result.attachments), result.output
+    try:
+        output = to_output(result)
+    except ToolOutputError as e:
+        # it ran — its side effects happened — but its return value cannot be stored
+        return ToolStateCompleted(
+            input=inp, output=f"The tool ran, but its return value could not be stored: {e}.",
+            metadata={**meta, "output_error": str(e)}, time=ToolTime(start=start, end=now()))
+    if attachments:
+        return ToolStateCompleted(input=inp, output=output, metadata=meta, time=ToolTime(start=start, end=now()),
+                                  attachments=attachments)
+    return ToolStateCompleted(input=inp, output=output, metadata=meta, time=ToolTime(start=start, end=now()))
+
+
+def _reconciled(tp: ToolPart, answer: Reconciled) -> Any:
+    """The completed state of a call its reconcile found done: its output as the tool's would be."""
+    start = tp.state.time.start if isinstance(tp.state, ToolStateRunning) else None
+    return completed_state(dict(tp.state.input), answer.output, {**_carried(tp), "reconciled": True}, start)
 
 
 def _task_cancelling() -> bool:
     """Whether the current task has a pending cancel request (someone else cancelled the run)."""
     task: Optional[asyncio.Task[Any]] = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    return bool(cancelling()) if cancelling is not None else True
+    return bool(task.cancelling()) if task is not None else True

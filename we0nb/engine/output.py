@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from .._ids import now
 from ..errors import OutputValidationError
 from ..messages import MessageWithParts, ToolPart, ToolStateCompleted, ToolStateError, ToolTime, snapshot
+from .events import Event
 
 if TYPE_CHECKING:  # pragma: no cover
     from .state import RunState
@@ -154,7 +155,7 @@ class OutputChecker:
 
     # ------------------------------------------------------------------ after each step
 
-    async def after_step(self, msg: MessageWithParts) -> list[dict[str, Any]]:
+    async def after_step(self, msg: MessageWithParts) -> list[Event]:
         """Take a valid answer; count an invalid one and ask again (events of the retry message);
         raise when the retries are used up."""
         state, agent = self.state, self.state.agent
@@ -195,6 +196,6 @@ class OutputChecker:
                 "output_type or the output_mode."
             )
 
-    async def _ask_again(self, text: str) -> list[dict[str, Any]]:
+    async def _ask_again(self, text: str) -> list[Event]:
         m = await self.state.append_user_message(text, synthetic=True)
         return [{"type": "user-message", "message": snapshot(m.info), "text": m.text}]

@@ -1,7 +1,9 @@
 """One model step: the model's stream turned into parts and events.
 
-Deltas are the hot path (thousands per second): they take a flag test, a buffer append
-and a dict; everything else goes through :meth:`StepProcessor.handle`. Text is repaired
+Deltas are the hot path (thousands per second): the run's outermost generator reads the
+stream itself (:class:`ModelStream`, :meth:`~we0nb.engine.run.Run.events`), and a delta takes
+a type test, a buffer append, a dict and a flag test; everything else goes through
+:meth:`StepProcessor.handle`. Text is repaired
 as it arrives (surrogate halves joined, lone ones replaced: :mod:`we0nb._text`); tool
 arguments given as JSON text are parsed once, so what is persisted is what runs; a call
 id the model repeats within a step is made unique, so results pair with their calls. A
@@ -20,10 +22,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
-from .._ids import now
+from .._ids import call_key, now
 from .._text import SurrogateJoiner, clean, clean_json
 from ..errors import ModelError, PersistenceError
 from ..messages import (
@@ -38,17 +39,16 @@ from ..messages import (
     ToolStatePending,
     snapshot,
 )
-from ..models.base import FinishEvent, ModelRequest, ReasoningDelta, ReasoningEnd, TextDelta, ToolCallEvent
+from ..models.base import FinishEvent, ModelRequest, ReasoningEnd, ToolCallEvent
 from .abort import Aborted
+from .events import Event
 
 if TYPE_CHECKING:  # pragma: no cover
     from .state import RunState
 
-__all__ = ["StepProcessor", "close_stream", "tool_input"]
+__all__ = ["StepProcessor", "ModelStream", "close_stream", "tool_input"]
 
 log = logging.getLogger("we0nb.engine")
-
-_KIND = {TextDelta: ("text", "text-delta"), ReasoningDelta: ("reasoning", "reasoning-delta")}
 
 
 def tool_input(raw: Any) -> tuple[dict[str, Any], Optional[str]]:
@@ -76,98 +76,66 @@ async def close_stream(stream: Any) -> None:
         log.warning("closing the model stream failed: %s: %s", type(e).__name__, e)
 
 
-_END, _TAKEN = object(), object()
+class ModelStream:
+    """The step's model stream, handed up to the run's outermost generator, which reads it
+    there (:meth:`~we0nb.engine.run.Run.events`): a delta then crosses one generator, the
+    consumer's, instead of every level of the run. The run hands the stream's other events to
+    :meth:`StepProcessor.handle`, puts what ended the read in ``error`` (None: it ended), and
+    resumes :meth:`StepProcessor.run`, which finishes the step from there.
 
+    ``prelude``: the run's own events to yield once the model's first event is in, before it
+    is used (a pipelined run's step start, committed while the model call went out)."""
 
-class _Prepended:
-    """A model stream with its first event already read (``_END``: it had none)."""
+    __slots__ = ("it", "processor", "prelude", "error")
 
-    __slots__ = ("first", "rest")
-
-    def __init__(self, first: Any, rest: AsyncIterator[Any]) -> None:
-        self.first, self.rest = first, rest
-
-    def __aiter__(self) -> "_Prepended":
-        return self
-
-    async def __anext__(self) -> Any:
-        first = self.first
-        if first is _TAKEN:
-            return await self.rest.__anext__()
-        self.first = _TAKEN
-        if first is _END:
-            raise StopAsyncIteration
-        return first
+    def __init__(self, it: AsyncIterator[Any], processor: "StepProcessor",
+                 prelude: Optional[AsyncIterator[Event]]) -> None:
+        self.it = it
+        self.processor = processor
+        self.prelude = prelude
+        self.error: Optional[BaseException] = None
 
 
 class StepProcessor:
     """Turns the model stream of one step into the parts of ``msg`` and stream events."""
 
-    def __init__(self, state: "RunState", msg: MessageWithParts,
-                 started: Optional[Callable[[], AsyncIterator[dict[str, Any]]]] = None) -> None:
-        """``started``: the step's start is still being committed (a pipelined run): its events,
-        yielded once the model's first event is in and before anything is done with it."""
+    def __init__(self, state: "RunState", msg: MessageWithParts) -> None:
         self.state = state
         self.msg = msg
-        self.started = started
         self.info: AssistantMessage = msg.info  # type: ignore[assignment]
         #: the model's finish event (None: it sent none, a default finish is used)
         self.finish: Optional[FinishEvent] = None
         self.joiner = SurrogateJoiner()
         self._call_ids: set[str] = set()
 
-    async def run(self, request: ModelRequest) -> AsyncIterator[dict[str, Any]]:
-        """Stream the model's reply; on return every part is written or marked, the last part closed."""
+    async def run(self, request: ModelRequest,
+                  prelude: Optional[AsyncIterator[Event]] = None) -> AsyncIterator["Event | ModelStream"]:
+        """Start the model's reply and hand its stream up (:class:`ModelStream`); once it has
+        been read, every part is written or marked and the last part closed."""
         state = self.state
-        writer, scope = state.writer, state.scope
-        interval = writer.interval
-        monotonic = time.monotonic
-        writer.last_flush = monotonic()
+        writer = state.writer
         stream = None
         try:
             stream = state.agent.model.stream(request)
-            it = stream.__aiter__()
-            if self.started is not None:
-                try:
-                    first: Any = await scope.next(it)
-                except StopAsyncIteration:
-                    first = _END
-                async for out in self.started():
-                    yield out
-                it = _Prepended(first, it)
-            while True:
-                try:
-                    ev = await scope.next(it)
-                except StopAsyncIteration:
-                    break
-                cls = type(ev)
-                if cls is TextDelta or cls is ReasoningDelta:
-                    kind, delta_type = _KIND[cls]
-                    part = writer.open
-                    if part is None or part.type != kind:
-                        for out in await self._open(kind):
-                            yield out
-                        part = writer.open
-                    text = ev.text if ev.text.isascii() else self.joiner.feed(ev.text)
-                    writer.chunks.append(text)
-                    yield {"type": delta_type, "text": text, "part_id": part.id}  # type: ignore[union-attr]
-                    if monotonic() - writer.last_flush >= interval:
-                        await writer.flush_open(close=False)
-                else:
-                    for out in await self.handle(ev):
-                        yield out
+            handed = ModelStream(stream.__aiter__(), self, prelude)
+            writer.start_flush_clock()
+            yield handed
+            if handed.error is not None:
+                raise handed.error
         except BaseException as exc:
             wrapped = await self._failed(exc, stream)
             if wrapped is not None:
                 raise wrapped from exc
             raise
+        finally:
+            writer.stop_flush_clock()
         if self.msg.tool_parts:  # (their write-ahead follows: keep the text's end before it)
             for out in await self._close_open():
                 yield out
         else:
             self._hold_close()
 
-    async def handle(self, ev: Any) -> list[dict[str, Any]]:
+    async def handle(self, ev: Any) -> list[Event]:
         """Every model event but the deltas: tool calls, reasoning ends and the finish."""
         cls = type(ev)
         if cls is ToolCallEvent:
@@ -188,20 +156,25 @@ class StepProcessor:
 
     # ------------------------------------------------------------------ parts
 
-    async def _open(self, kind: str) -> list[dict[str, Any]]:
+    async def open_part(self, kind: str) -> list[Event]:
         """Start a text or reasoning part (closing the other kind first)."""
         out = await self._close_open()
         state, info = self.state, self.info
-        ptype = TextPart if kind == "text" else ReasoningPart
-        part = ptype(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
-                     time=PartTime(start=now()))
+        part: "TextPart | ReasoningPart"
+        if kind == "text":
+            part = TextPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
+                            time=PartTime(start=now()))
+            out.append({"type": "text-start", "part": state.snap(part)})
+        else:
+            part = ReasoningPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
+                                 time=PartTime(start=now()))
+            out.append({"type": "reasoning-start", "part": state.snap(part)})
         self.msg.parts.append(part)
         state.writer.open_part(part)
         state.writer.mark(part)  # (written with the first flush, at the latest ``flush_interval`` on)
-        out.append({"type": f"{kind}-start", "part": state.snap(part)})
         return out
 
-    async def _reasoning_end(self, ev: ReasoningEnd) -> list[dict[str, Any]]:
+    async def _reasoning_end(self, ev: ReasoningEnd) -> list[Event]:
         """Close the open reasoning part with its signature; a redacted block (or a signature
         without text) becomes a reasoning part of its own."""
         open_part = self.state.writer.open
@@ -226,14 +199,20 @@ class StepProcessor:
         writer = self.state.writer
         closed = writer.close_open(tail=self.joiner.flush())
         if closed is not None:
-            writer.hold(None, (closed,), None, [{"type": f"{closed.type}-end", "part": self.state.snap(closed)}])
+            writer.hold(None, (closed,), None, [self._end_event(closed)])
 
-    async def _close_open(self) -> list[dict[str, Any]]:
+    async def _close_open(self) -> list[Event]:
         writer = self.state.writer
         if writer.open is None:
             return []
         closed = await writer.flush_open(close=True, tail=self.joiner.flush())
-        return [{"type": f"{closed.type}-end", "part": self.state.snap(closed)}]  # type: ignore[union-attr]
+        assert closed is not None
+        return [self._end_event(closed)]
+
+    def _end_event(self, part: "TextPart | ReasoningPart") -> Event:
+        if isinstance(part, TextPart):
+            return {"type": "text-end", "part": self.state.snap(part)}
+        return {"type": "reasoning-end", "part": self.state.snap(part)}
 
     def _tool_call(self, ev: ToolCallEvent) -> ToolPart:
         """A pending call: not a durability point, it goes with the next commit."""
@@ -244,8 +223,10 @@ class StepProcessor:
             call_id = f"{call_id}~{len(self._call_ids)}"
         self._call_ids.add(call_id)
         name = clean(ev.name)
-        tp = ToolPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
-                      call_id=call_id, tool=name, state=ToolStatePending(input=inp, raw=raw))
+        part_id = state.ids("prt")
+        tp = ToolPart(id=part_id, session_id=info.session_id, message_id=info.id, call_id=call_id, tool=name,
+                      state=ToolStatePending(input=inp, raw=raw,
+                                             metadata={"idempotency_key": call_key(info.session_id, part_id)}))
         why = state.approval_reason(name, inp)
         if why is not None:
             tp.approval = "requested"

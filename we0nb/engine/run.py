@@ -1,11 +1,13 @@
 """One run: the session lease, start-up by mode, recovery, and the step loop — orchestration.
 
-The parts do the work: :class:`~we0nb.engine.processor.StepProcessor` turns a model stream
-into parts, :class:`~we0nb.engine.executor.ToolExecutor` runs the calls (write-ahead),
-:class:`~we0nb.engine.writer.Writer` decides when things become durable,
-:func:`~we0nb.engine.recovery.plan_recovery` decides keep/recall/interrupt, and
-:class:`~we0nb.engine.compaction.Compactor` summarises an overflowing history. They share
-one :class:`~we0nb.engine.state.RunState`.
+The parts do the work: :func:`~we0nb.engine.step.run_step` runs one model step with
+:class:`~we0nb.engine.processor.StepProcessor` (the model stream into parts),
+:class:`~we0nb.engine.executor.ToolExecutor` carries out what
+:func:`~we0nb.engine.recovery.decide` decides for each call (write-ahead, interrupt, reconcile…),
+:class:`~we0nb.engine.writer.Writer` decides when things become durable, and
+:class:`~we0nb.engine.compaction.Compactor` summarises an overflowing history. They share one
+:class:`~we0nb.engine.state.RunState`. A consumer that composes runs (a batch) passes
+:class:`RunOptions`; the run knows nothing of what composes it.
 
 Endings: a finished turn yields ``finish``; an abort persists what was produced, closes
 nothing and raises :class:`asyncio.CancelledError`; any other exception is raised after
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Optional
 
 from .._ids import now
@@ -27,104 +30,160 @@ from ..messages import (
     AssistantMessage,
     MessageError,
     MessageTime,
-    MessageWithParts,
     Session,
     SessionTime,
-    StepFinishPart,
-    StepStartPart,
     ToolPart,
     snapshot,
     turn_pending,
 )
-from ..models.base import FinishEvent
+from ..models.base import ReasoningDelta, TextDelta
 from ..persistence.base import Lease
 from .abort import Aborted, AbortScope
 from .compaction import Compactor
-from .executor import ToolExecutor, denied, interrupted
+from .events import Event
+from .executor import ToolExecutor
 from .history import HistoryCache
 from .output import OutputChecker
-from .processor import StepProcessor
-from .recovery import block_after, plan_recovery
+from .processor import ModelStream
+from .recovery import Situation
 from .request import RunRequest, RunResult
 from .revert import hidden_ids, visible_messages
 from .state import AgentSettings, RunState
+from .step import run_step
 from .writer import Writer
 
-__all__ = ["Run"]
+__all__ = ["Run", "RunOptions"]
 
 log = logging.getLogger("we0nb.engine")
 
+_NOTHING: Any = object()
+
 
 def _same(m: Any) -> Any:
-    """The object itself (events of a run made with ``copies=False``)."""
+    """The object itself (events of a run with ``live_parts``)."""
     return m
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run is driven, for a consumer that composes runs (a batch item); the defaults are
+    what :meth:`~we0nb.We0Agent.stream` and :meth:`~we0nb.We0Agent.invoke` use.
+
+    ``live_parts``: events carry the live parts and messages instead of copies — for a
+    consumer that reads each event at once and keeps none of them (a tenth of a step's CPU).
+
+    ``pipelined``: on a store whose commits wait (:attr:`~we0nb.persistence.base.Persistence.
+    commit_waits`), a step's start is committed while its model call goes out, and the step's
+    first events come with the model's first event; a read-only call's ``running`` state is
+    sent while the call runs (:meth:`~we0nb.engine.writer.Writer.write_ahead`); the session's
+    lease is released in a task of its own, :attr:`Run.released`, which the consumer awaits —
+    for a consumer that watches no run live. A crash before the step's start has landed is a
+    crash before the step: nothing of the reply has been kept, yielded or acted on.
+
+    ``after_last_call``: called once the turn needs the model no more, before the run's last
+    commit (a batch slot starts its next item then, while this one's last writes go on).
+
+    ``held``: the session's lease, taken for the request's ``run_id``, and the session as read
+    with it (:meth:`~we0nb.persistence.base.Persistence.lease_and_session`), so the run starts
+    without a round trip. The run owns the lease from then on: it releases it however it ends.
+    """
+
+    live_parts: bool = False
+    pipelined: bool = False
+    after_last_call: Optional[Callable[[], None]] = None
+    held: Optional[tuple[Lease, Optional[Session]]] = None
 
 
 class Run:
     """One run of the loop for one validated :class:`RunRequest`."""
 
-    def __init__(self, agent: AgentSettings, request: RunRequest, *, structured: bool, copies: bool = True,
-                 pipelined: bool = False, after_last_call: Optional[Callable[[], None]] = None,
-                 held: Optional[tuple[Lease, Optional[Session]]] = None):
-        """``copies=False``: events carry the live parts and messages instead of copies — only
-        for a consumer of this package that reads each event at once and keeps none of them
-        (a batch item: it saves a tenth of a step's CPU).
-
-        ``pipelined``: on a store whose commits wait (:attr:`~we0nb.persistence.base.Persistence.
-        commit_waits`), a step's start is committed while its model call goes out, and the step's
-        first events (the previous step's end, ``step-start``) come with the model's first event —
-        for a consumer that watches no run live (a batch item: one commit's wait fewer per step).
-        A crash before that commit has landed is a crash before the step: nothing of the reply
-        has been kept, yielded or acted on. A read-only call's ``running`` state is sent while
-        the call runs (:mod:`~we0nb.engine.executor`), and the session's lease is released in a
-        task of its own, :attr:`released`, which the consumer awaits (so the release goes to the
-        store with what the consumer sends next).
-
-        ``after_last_call``: called once the turn needs the model no more, before the run's last
-        commit (a batch slot starts its next item then, while this one's last writes go on).
-
-        ``held``: the session's lease, taken for this request's ``run_id``, and the session as
-        read with it (:meth:`~we0nb.persistence.base.Persistence.lease_and_session`) — a batch
-        takes them for its next items before a slot needs one, so the run starts without a
-        round trip. The run owns the lease from then on: it releases it however it ends."""
+    def __init__(self, agent: AgentSettings, request: RunRequest, *, structured: bool,
+                 options: RunOptions = RunOptions()):
         self.agent = agent
         self.req = request
         self.p = agent.persistence
         self.structured = structured
-        self.copies = copies
-        self.pipelined = pipelined and agent.persistence.commit_waits and not agent.toolset.sources
+        self.options = options
+        self.pipelined = options.pipelined and agent.persistence.commit_waits and not agent.toolset.sources
         self.result: Optional[RunResult] = None
-        self.after_last_call = after_last_call
         #: a pipelined run's lease release, under way once the run has ended (None: not started,
         #: or released before the run ended)
         self.released: Optional["asyncio.Future[None]"] = None
         self._stored: Optional[Session] = None  # the session as read with the lease
+        held = options.held
         if held is not None and held[0].run_id != request.run_id:
             raise ValueError(f"the lease held was taken for run {held[0].run_id!r}, not this run's {request.run_id!r}")
-        self.held = held
 
     # ------------------------------------------------------------------ the run
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
-        """The run as events. Deltas cross only this generator and the processor's: keep it flat."""
-        req = self.req
-        if req.abort.is_set():
-            if self.held is not None:
-                await self.held[0].release()
-            raise asyncio.CancelledError("aborted before the run started")
-        if self.held is not None:
-            lease, self._stored = self.held
-        else:
-            lease, self._stored = await self.p.lease_and_session(req.session_id, req.run_id)
-        scope = AbortScope(req.abort)
-        scope.start()
-        writer = Writer(self.p, lease, self.agent.flush_interval)
-        self.state = state = RunState(self.agent, req, writer, scope, self.agent.toolset.table,
-                                      snap=snapshot if self.copies else _same, pipelined=self.pipelined)
+    async def events(self) -> AsyncIterator[Event]:
+        """The run as events.
+
+        The model's stream is read here, in the consumer's own generator (see
+        :class:`~we0nb.engine.processor.ModelStream`): a delta crosses nothing else. That is why
+        this function is long — the delta path must not pass through another generator."""
+        state = await self._begin()
+        writer, scope, aborted = state.writer, state.scope, self.req.abort.is_set
+        lease = writer.lease
         try:
             try:
                 async for ev in self._run(state):
-                    yield ev
+                    if not isinstance(ev, ModelStream):
+                        yield ev
+                        continue
+                    handed = ev
+                    proc, read, task = handed.processor, handed.it.__anext__, scope.task
+                    chunks, joiner = writer.chunks, proc.joiner
+                    open_kind: Optional[str] = None
+                    part_id, first = "", _NOTHING
+                    try:
+                        if handed.prelude is not None:  # (a pipelined step's start, once the model answered)
+                            first = await self._first(handed)
+                            async for out in handed.prelude:
+                                yield out
+                        while True:
+                            if first is _NOTHING:
+                                if aborted():
+                                    raise Aborted
+                                scope.blocked = task
+                                try:
+                                    m = await read()
+                                finally:
+                                    scope.blocked = None
+                            elif first is None:
+                                break
+                            else:
+                                m, first = first, _NOTHING
+                            cls = type(m)
+                            if cls is TextDelta:
+                                kind = "text"
+                            elif cls is ReasoningDelta:
+                                kind = "reasoning"
+                            else:
+                                for out in await proc.handle(m):
+                                    yield out
+                                open_kind = writer.open.type if writer.open is not None else None
+                                continue
+                            if kind is not open_kind:
+                                for out in await proc.open_part(kind):
+                                    yield out
+                                open_kind, part_id = kind, writer.open.id  # type: ignore[union-attr]
+                            text = m.text
+                            if not text.isascii():
+                                text = joiner.feed(text)
+                            chunks.append(text)
+                            if kind == "text":
+                                yield {"type": "text-delta", "text": text, "part_id": part_id}
+                            else:
+                                yield {"type": "reasoning-delta", "text": text, "part_id": part_id}
+                            if writer.flush_due:
+                                await writer.flush_open(close=False)
+                    except StopAsyncIteration:
+                        pass
+                    except GeneratorExit:
+                        raise
+                    except BaseException as exc:  # (the processor finishes the step: it raises it there)
+                        handed.error = exc
             except Aborted:
                 await writer.persist_interrupted()  # (commits a held step end too)
                 for ev in writer.take_held_events():  # its events, now that it is durable
@@ -139,11 +198,42 @@ class Run:
                 await self._salvage(exc)
                 raise
         finally:
-            scope.close()
-            if self.pipelined:
-                self.released = asyncio.ensure_future(lease.release())
-            else:
-                await lease.release()  # (in this task: a store that answers at once costs no trip through the loop)
+            await self._end(scope, lease)
+
+    async def _first(self, handed: ModelStream) -> Any:
+        """The model's first event (None: the stream had none)."""
+        try:
+            return await self.state.scope.next(handed.it)
+        except StopAsyncIteration:
+            return None
+
+    async def _begin(self) -> RunState:
+        """The session's lease (taken now, or held already), the abort scope, the run's state."""
+        req, held = self.req, self.options.held
+        if req.abort.is_set():
+            if held is not None:
+                await held[0].release()
+            raise asyncio.CancelledError("aborted before the run started")
+        if held is not None:
+            lease, self._stored = held
+        else:
+            lease, self._stored = await self.p.lease_and_session(req.session_id, req.run_id)
+        scope = AbortScope(req.abort)
+        scope.start()
+        writer = Writer(self.p, lease, self.agent.flush_interval, pipelined=self.pipelined)
+        self.state = RunState(self.agent, req, writer, scope, self.agent.toolset.table,
+                              snap=_same if self.options.live_parts else snapshot)
+        return self.state
+
+    async def _end(self, scope: AbortScope, lease: Optional[Lease]) -> None:
+        scope.close()
+        self.state.writer.stop_flush_clock()
+        if lease is None:
+            return
+        if self.pipelined:
+            self.released = asyncio.ensure_future(lease.release())
+        else:
+            await lease.release()  # (in this task: a store that answers at once costs no trip through the loop)
 
     async def _salvage(self, exc: BaseException) -> None:
         """A run that fails: write what it produced (a held step end, dirty parts), unless the
@@ -155,10 +245,9 @@ class Run:
             await asyncio.shield(writer.persist_interrupted())
         except Exception as e:
             log.warning("writing the failed run's last state failed: %s: %s", type(e).__name__, e)
-            if hasattr(exc, "add_note"):
-                exc.add_note(f"(we0nb could not write the run's last state either: {type(e).__name__}: {e})")
+            exc.add_note(f"(we0nb could not write the run's last state either: {type(e).__name__}: {e})")
 
-    async def _run(self, state: RunState) -> AsyncIterator[dict[str, Any]]:
+    async def _run(self, state: RunState) -> AsyncIterator["Event | ModelStream"]:
         req, agent, writer = self.req, self.agent, state.writer
         output = OutputChecker(state, self.structured)
         executor = ToolExecutor(state, output)
@@ -186,8 +275,8 @@ class Run:
                     yield ev
                 raise MaxStepsExceeded(req.session_id, agent.max_steps)
             try:
-                async for ev in self._step(executor, output):
-                    yield ev
+                async for item in run_step(state, executor, output):
+                    yield item
             except ModelError as exc:
                 if not await compactor.on_model_error(exc):  # a context overflow compacts
                     raise
@@ -205,8 +294,8 @@ class Run:
                 async for ev in compactor.compact():
                     yield ev
                 break
-        if self.after_last_call is not None:
-            self.after_last_call()
+        if self.options.after_last_call is not None:
+            self.options.after_last_call()
         self._touch_session(session)
         for ev in await writer.commit_held():  # (the held step end, with the session's row)
             yield ev
@@ -259,7 +348,7 @@ class Run:
         if self.req.mode == "resume":
             state.messages = visible_messages(session, messages)  # resume never sees reverted messages
 
-    async def _start_prompt(self, session: Session, executor: ToolExecutor) -> AsyncIterator[dict[str, Any]]:
+    async def _start_prompt(self, session: Session, executor: ToolExecutor) -> AsyncIterator[Event]:
         """Prompt mode: clear a revert, interrupt what the last turn left unfinished, hold the messages."""
         if session.revert is not None:
             await self._clear_revert(session)
@@ -289,49 +378,27 @@ class Run:
 
     # ------------------------------------------------------------------ recovery
 
-    async def _recover(self, mode: str, executor: ToolExecutor) -> AsyncIterator[dict[str, Any]]:
-        """Apply the recovery plan to the last assistant message (see :mod:`.recovery`)."""
+    async def _recover(self, situation: Situation, executor: ToolExecutor) -> AsyncIterator[Event]:
+        """Recover the last assistant message: its calls as :mod:`.recovery` decides, carried
+        out by the executor, then the message closed if it never was."""
         state = self.state
         executor.awaiting = []
         last = state.last_assistant()
         if last is None or not last.unfinished:
             return
-        plan = plan_recovery(last.info, last.parts, state.policies(), mode)  # type: ignore[arg-type]
-        by_id = {p.id: p for p in last.parts}
-        for i in range(len(plan.tool_actions)):
-            action = plan.tool_actions[i]  # (read each time: a blocking error changes the plan)
-            part = by_id[action.part_id]
-            assert isinstance(part, ToolPart)
-            async for ev in self._apply(action.action, action.reason or mode, part, executor):
-                yield ev
-            if action.action in ("recall", "execute") and part.state.status == "error" and state.blocks(part.tool):
-                plan = block_after(plan, i)
-        if plan.close_message:
-            info = last.info
-            assert isinstance(info, AssistantMessage)
+        info = last.info
+        assert isinstance(info, AssistantMessage)
+        completed = info.time.completed is not None
+        async for ev in executor.recover(last.tool_parts, situation, completed=completed):
+            yield ev
+        if not completed:
             info.time = MessageTime(created=info.time.created, completed=now())
             if info.error is None:
                 info.error = MessageError(reason=UNFINISHED_REASON, message=UNFINISHED_MESSAGE,
-                                          metadata={"recovered": True, "mode": mode})
+                                          metadata={"recovered": True, "mode": situation})
             await state.writer.write(info, final=last)
             yield {"type": "recovery", "action": "close", "message": snapshot(info)}
         state.history.invalidate()
-
-    async def _apply(self, action: str, reason: str, part: ToolPart,
-                     executor: ToolExecutor) -> AsyncIterator[dict[str, Any]]:
-        """One row of the plan: keep, await, interrupt, deny, recall or execute the call."""
-        writer = self.state.writer
-        yield {"type": "recovery", "action": action, "part": snapshot(part)}
-        if action == "await":
-            if part.awaiting_approval:
-                executor.awaiting.append(part)
-        elif action in ("interrupt", "deny"):
-            part.state = interrupted(part.state, reason) if action == "interrupt" else denied(part)
-            await writer.write(None, part)
-            yield {"type": "tool", "part": snapshot(part)}
-        elif action in ("recall", "execute"):
-            async for ev in executor.execute(part, recalled=action == "recall"):
-                yield ev
 
     def _needs_step(self, recovered: bool, output: OutputChecker) -> bool:
         """Whether the turn goes on with a model step (the transcript's own rule, see turn_pending)."""
@@ -341,94 +408,3 @@ class Run:
         if output.stored(messages[-1]):  # the turn already ended with its structured output
             return False
         return recovered or turn_pending(messages)
-
-    # ------------------------------------------------------------------ one step
-
-    async def _step(self, executor: ToolExecutor, output: OutputChecker) -> AsyncIterator[dict[str, Any]]:
-        state, agent, writer = self.state, self.agent, self.state.writer
-        sid = self.req.session_id
-        state.steps += 1
-        t0 = now()
-        info = AssistantMessage(id=state.ids("msg"), session_id=sid, time=MessageTime(created=t0),
-                                parent_id=state.parent_id(), model_id=agent.model.model_id)
-        msg = MessageWithParts.model_construct(info=info, parts=[])
-        request = state.model_request()
-        state.messages.append(msg)
-        start = StepStartPart(id=state.ids("prt"), session_id=sid, message_id=info.id, time=t0)
-        msg.parts.append(start)
-        # durability point: the unfinished message exists (committed with the previous step's end)
-        if self.pipelined:  # (sent now; the processor waits for it before it uses the model's reply)
-            writer.write_soon(info, start)
-            processor = StepProcessor(state, msg, started=lambda: self._started(info, request))
-        else:
-            await writer.write(info, start)
-            async for ev in self._started(info, request):
-                yield ev
-            processor = StepProcessor(state, msg)
-        async for ev in processor.run(request):
-            yield ev
-        calls = msg.tool_parts
-        async for ev in executor.run_step(calls):
-            yield ev
-        state.scope.check()
-        if self.agent.output_type is None:
-            # durability point: the step's end — committed with whatever the run writes next, at
-            # once (the next step's start, or the run's end); nothing is yielded or run before it
-            info, sf, events = self._close_step(msg, processor, calls)
-            writer.hold(info, (sf,), msg, events)
-            return
-        async for ev in self._finish_step(msg, processor, calls, output):
-            yield ev
-
-    async def _started(self, info: AssistantMessage, request: Any) -> AsyncIterator[dict[str, Any]]:
-        """Once the step's start is committed: the previous step's end events (now durable), then
-        ``step-start``. An abort set by then (by the consumer of those events too) undoes the
-        step, as if it had not started."""
-        state, writer = self.state, self.state.writer
-        await writer.settle()
-        held = writer.take_held_events()
-        if held:
-            for ev in held:
-                yield ev
-            if state.scope.is_set:
-                await self.p.delete_messages(self.req.session_id, [info.id])
-                state.messages.pop()
-                state.steps -= 1
-                raise Aborted
-        if state.steps > 1 and self.agent.toolset.sources:  # (after the commit above: it holds the last step's end)
-            await state.refresh_tools()  # an MCP server's tools may have changed, or it restarted
-            request.tools = list(state.tools.schemas)
-        yield {"type": "step-start", "step": state.steps, "message": state.snap(info)}
-
-    def _close_step(self, msg: MessageWithParts, processor: StepProcessor,
-                    calls: list[ToolPart]) -> tuple[AssistantMessage, StepFinishPart, list[dict[str, Any]]]:
-        """Close the step's message: its finish part, times and usage; the step end's events."""
-        state = self.state
-        info: AssistantMessage = msg.info  # type: ignore[assignment]
-        finish = processor.finish or FinishEvent()
-        state.usage = state.usage + finish.usage
-        end = now()
-        sf = StepFinishPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
-                            reason=finish.reason, usage=finish.usage, time=end)
-        msg.parts.append(sf)
-        info.time = MessageTime(created=info.time.created, completed=end)
-        info.finish_reason = finish.reason
-        info.usage = finish.usage
-        # the last call's end state is committed with the step's end: its event waits for it (a
-        # call left pending behind an approval has not changed, so it has no new event)
-        events: list[dict[str, Any]] = ([{"type": "tool", "part": state.snap(calls[-1])}]
-                                        if calls and calls[-1].finished else [])
-        events.append({"type": "step-finish", "step": state.steps, "message": state.snap(info),
-                       "finish_reason": finish.reason, "usage": finish.usage})
-        return info, sf, events
-
-    async def _finish_step(self, msg: MessageWithParts, processor: StepProcessor, calls: list[ToolPart],
-                           output: OutputChecker) -> AsyncIterator[dict[str, Any]]:
-        """With an output type: the step's end is committed at once, then the output is checked."""
-        info, sf, events = self._close_step(msg, processor, calls)
-        writer = self.state.writer
-        writer.hold(info, (sf,), msg, events)
-        for ev in await writer.commit_held():  # (a text end held at the stream's end comes first)
-            yield ev
-        for ev in await output.after_step(msg):  # (an invalid answer: a message asking again)
-            yield ev

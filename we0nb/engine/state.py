@@ -29,8 +29,6 @@ class AgentSettings(Protocol):
     model: Model
     persistence: Persistence
     toolset: Toolset
-    tools_by_name: Mapping[str, AnyToolDefinition]
-    tool_schemas: tuple[ToolSchema, ...]
     system_prompt: Optional[str]
     output_type: Any
     output_tool_name: str
@@ -63,8 +61,6 @@ class RunState:
     #: what a stream event carries of a part or message: a copy (safe to keep, the public
     #: contract), or the live object for a consumer of this package that reads it at once
     snap: Callable[[Any], Any] = snapshot
-    #: a pipelined run (see :class:`~we0nb.engine.run.Run`): some commits are sent without waiting
-    pipelined: bool = False
     _parent: Optional[str] = None
 
     @property

@@ -3,11 +3,13 @@
 The writer owns the three things that decide *when* something becomes durable:
 
 * **coalescing** — streamed text goes into the open part's buffer and is written every
-  ``flush_interval`` seconds, at part end, at abort and at step end (never per delta);
+  ``flush_interval`` seconds (a timer raises :attr:`Writer.flush_due`: the delta path reads
+  one attribute, never the clock), at part end, at abort and at step end (never per delta);
   parts that are not a durability point of their own (a pending tool call) wait in
   ``dirty`` for the next commit;
-* **the write-ahead** — :meth:`Writer.write` commits at once; the executor calls it with a
-  call's ``running`` state before the tool executes;
+* **the write-ahead** — :meth:`Writer.write_ahead` commits a call's ``running`` state before
+  its tool executes; the one exception is decided here too: in a pipelined run a read-only
+  call's (recovery runs it again whether it finds it pending or running) is sent while it runs;
 * **held writes** — a write that nothing depends on before the next commit is held and
   committed with whatever comes next (:meth:`hold`): a finished step's end (with the text
   part the stream's end closed) goes with the next step's start or the run's end
@@ -34,13 +36,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import time
 from typing import Any, Optional, Sequence, Union
 
 from .._ids import now
 from ..messages import MessageWithParts, Part, PartTime, ReasoningPart, Session, TextPart
 from ..models.view import dump_view
 from ..persistence.base import Batch, Lease, MessageInfo, Persistence
+from .events import Event
 from .history import convert
 
 __all__ = ["Writer"]
@@ -51,18 +53,24 @@ OpenPart = Union[TextPart, ReasoningPart]
 class Writer:
     """Writes of one run (which holds the session lease: it is the session's only writer)."""
 
-    def __init__(self, persistence: Persistence, lease: Optional[Lease], flush_interval: float) -> None:
+    def __init__(self, persistence: Persistence, lease: Optional[Lease], flush_interval: float, *,
+                 pipelined: bool = False) -> None:
         self.p = persistence
         self.lease = lease
         self.interval = flush_interval
+        self.pipelined = pipelined
         self.keeps_views = persistence.keeps_views
         self.dirty: dict[str, Part] = {}
         self.open: Optional[OpenPart] = None
+        #: the open part's text since it was last written (one list for the writer's life: the
+        #: delta path keeps a reference to it)
         self.chunks: list[str] = []
-        self.last_flush = 0.0
+        #: the open part is due to be written (raised by a timer every ``flush_interval``)
+        self.flush_due = flush_interval <= 0
+        self._timer: Optional[asyncio.TimerHandle] = None
         #: held writes ``(message, parts, final)`` and their events, for the next commit
         self._held: list[tuple[Optional[MessageInfo], tuple[Part, ...], Optional[MessageWithParts]]] = []
-        self._held_events: list[dict[str, Any]] = []
+        self._held_events: list[Event] = []
         #: the writes of a commit that failed or was cancelled: they go first with the next one
         self._unsent: list[Batch] = []
         #: the session's row, held for the next commit (a new session; the run's end time)
@@ -105,6 +113,15 @@ class Writer:
                 # (an interrupt or exit inside the store is the process going down: no retry)
                 self._keep([(writes, session)])
                 raise
+
+    async def write_ahead(self, part: Part, *, wait: bool) -> None:
+        """A call's ``running`` state, before its tool executes. ``wait=False`` (a read-only
+        call: recovery runs it again whether it finds it pending or running) lets a pipelined
+        run send it while the call runs; otherwise it is durable when this returns."""
+        if wait or not self.pipelined:
+            await self.write(None, part)
+        else:
+            self.write_soon(None, part)
 
     def write_soon(self, message: Optional[MessageInfo], *parts: Part) -> None:
         """:meth:`write`'s commit, sent without waiting for it: its rows are taken now, it lands
@@ -193,7 +210,7 @@ class Writer:
         self._session = session
 
     def hold(self, message: Optional[MessageInfo], parts: Sequence[Part], final: Optional[MessageWithParts],
-             events: Sequence[dict[str, Any]] = ()) -> None:
+             events: Sequence[Event] = ()) -> None:
         """Hold a write (with every dirty part) for the next commit; ``events`` wait for it.
 
         Only for a write that nothing is run or yielded before: the next commit follows at once
@@ -203,12 +220,12 @@ class Writer:
         self.dirty.clear()
         self._held_events.extend(events)
 
-    def take_held_events(self) -> list[dict[str, Any]]:
+    def take_held_events(self) -> list[Event]:
         """The events of held writes that are now committed (yield them in order)."""
         events, self._held_events = self._held_events, []
         return events
 
-    async def commit_held(self) -> list[dict[str, Any]]:
+    async def commit_held(self) -> list[Event]:
         """Commit the held writes now (the run goes no further); their events."""
         if self._held or self._session is not None:
             await self.write(None)
@@ -218,14 +235,34 @@ class Writer:
 
     def open_part(self, part: OpenPart) -> None:
         self.open = part
-        self.chunks = []
+        self.chunks.clear()
+
+    def start_flush_clock(self) -> None:
+        """A step's stream begins: the open part is due every ``flush_interval`` from now."""
+        if self.interval > 0:
+            self.flush_due = False
+            self._arm()
+
+    def stop_flush_clock(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(self.interval, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        self.flush_due = True
 
     def materialize(self) -> None:
         """Move the buffered deltas into the open part's text."""
         part = self.open
         if part is not None and self.chunks:
             part.text = part.text + "".join(self.chunks)
-            self.chunks = []
+            self.chunks.clear()
 
     def close_open(self, tail: str = "") -> Optional[OpenPart]:
         """End the open text/reasoning part (``tail``: its last text), without writing it."""
@@ -246,7 +283,9 @@ class Writer:
             return None
         self.materialize()
         await self.write(None, part)
-        self.last_flush = time.monotonic()
+        if self.interval > 0:
+            self.flush_due = False
+            self._arm()
         return part
 
     def keep_open(self) -> None:

@@ -67,7 +67,7 @@ class MCPTool(ToolDefinition[Any]):
                                  "was not called.")
         return args
 
-    async def call(self, kwargs: dict[str, Any]) -> Any:
+    async def call(self, kwargs: dict[str, Any], context: Any = None) -> Any:
         assert self.server is not None
         return await self.server.call_tool(self.remote_name, kwargs)
 
