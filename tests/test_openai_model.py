@@ -390,7 +390,7 @@ async def test_context_length_error_compacts_then_resume_continues(server):
 
 
 def test_is_context_length_error_recognises_servers():
-    from we0nb.models.openai_errors import _CONTEXT_TEXT
+    from we0nb.models._openai_errors import _CONTEXT_TEXT
 
     for text in ["This model's maximum context length is 8192 tokens.",
                  "the request exceeds the available context size, try increasing it",

@@ -45,6 +45,7 @@ from typing import Any, Optional
 
 from .._extras import MissingExtraError
 from ..errors import We0Error
+from .base import ModelPrice
 
 __all__ = ["LocalModel", "LocalModelError", "local_model", "bundled_model_path", "MODEL_NAME"]
 
@@ -227,9 +228,10 @@ class LocalModel:
         if self.model is None:
             from .openai import OpenAIChatModel
 
+            # a model on this machine costs nothing per token: its price is known, and 0
             options: dict[str, Any] = {"context_window": self.n_ctx, "output_mode": "native",
                                        "native_format": "json_object", "api_key": "local", "max_retries": 1,
-                                       **self.model_options}
+                                       "price": ModelPrice(0, 0), **self.model_options}
             self.model = OpenAIChatModel(MODEL_NAME, base_url=self.url, **options)
         return self.model
 
