@@ -121,6 +121,7 @@ class LocalModel:
     port (None: a free one, kept across restarts); ``startup_timeout`` seconds to wait for
     the first answer; ``model_path`` another GGUF file. Other keywords go to
     :class:`~we0nb.OpenAIChatModel` (e.g. ``temperature``, ``max_tokens``, ``tool_choice``).
+    Its price is known, and 0 per token (it runs on this machine); ``price=`` overrides it.
     """
 
     def __init__(self, *, n_ctx: int = 2048, n_threads: Optional[int] = None,
