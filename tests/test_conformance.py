@@ -301,6 +301,8 @@ async def test_client_errors_are_not_retried_and_resume_continues(driver: Driver
     err = await _fails(agent, ModelProviderError)
     assert type(err) is ModelProviderError and err.status_code == status and not err.retryable
     assert driver.n_requests == 1
+    if kind == "not-found" and driver.transport:
+        assert "check the model name" in str(err) and "base_url" in str(err)  # says how to fix it
     assert (await agent.invoke(mode="resume", session_id="s")).text == "fine now"
 
 

@@ -79,6 +79,10 @@ def test_sync_context_manager_starts_answers_and_stops():
         assert alive(pid) and port_open(port)
         assert model.base_url == f"http://127.0.0.1:{port}/v1" and model.context_window == server.n_ctx
         assert (model.output_mode, model.native_format) == ("native", "json_object")
+        # what prices it: a model on this machine has a known price, 0 (not an unknown one)
+        assert (model.provider_name, model.request_model) == ("openai", local_mod.MODEL_NAME)
+        assert (model.server_address, model.server_port) == ("127.0.0.1", port)
+        assert model.price is not None and (model.price.input_mtok, model.price.output_mtok) == (0, 0)
         from openai import OpenAI
 
         client = OpenAI(base_url=model.base_url, api_key="x", max_retries=0)

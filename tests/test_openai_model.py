@@ -340,6 +340,21 @@ async def test_retry_after_longer_than_the_cap_is_not_waited_for(server):
     assert time.monotonic() - t0 < 5 and len(server.requests) == 1
 
 
+@pytest.mark.parametrize("reply", [
+    status(429, {"error": {"message": "You exceeded your current quota", "code": "insufficient_quota"}}),
+    status(503, {"error": {"message": "not this one"}}, {"x-should-retry": "false"}),
+    sse([{"error": {"message": "The server had an error", "type": "server_error"}}]),
+], ids=["quota", "should-retry-false", "error-event"])
+async def test_what_waiting_cannot_fix_is_not_retried(server, reply):
+    # a spent quota is not a rate; the server may forbid the retry; an error event inside the
+    # stream is reported at once (retryable later, by a resume)
+    server.play(reply, sse(words("never reached")))
+    agent = We0Agent(make_model(server))
+    with pytest.raises(ModelProviderError) as info:
+        await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert info.value.retryable and "gave up" not in str(info.value) and len(server.requests) == 1
+
+
 async def test_5xx_is_retried_with_backoff(server):
     server.play(status(500, {"error": {"message": "boom"}}), status(503, {"error": {"message": "busy"}}),
                 sse(words("recovered")))
@@ -390,7 +405,7 @@ async def test_context_length_error_compacts_then_resume_continues(server):
 
 
 def test_is_context_length_error_recognises_servers():
-    from we0nb.models.openai_errors import _CONTEXT_TEXT
+    from we0nb.models._openai_errors import _CONTEXT_TEXT
 
     for text in ["This model's maximum context length is 8192 tokens.",
                  "the request exceeds the available context size, try increasing it",

@@ -82,15 +82,19 @@ class ModelError(We0Error):
     message_id: "str | None" = None
     cause: "BaseException | None" = None
 
-    def __init__(self, session_id: str, message_id: str, cause: BaseException):
+    def __init__(self, session_id: "str | None" = None, message_id: "str | None" = None,
+                 cause: "BaseException | None" = None, *, message: "str | None" = None):
+        """The engine's wrapper of a model's exception; a subclass passes its own ``message``."""
         self.session_id = session_id
         self.message_id = message_id
         self.cause = cause
-        super().__init__(
-            f"The model failed in session {session_id!r} (assistant message {message_id!r}): "
-            f"{type(cause).__name__}: {str(cause).rstrip('.')}. The partial output is persisted; "
-            "run again with mode='resume' to continue the turn."
-        )
+        if message is None:
+            message = (
+                f"The model failed in session {session_id!r} (assistant message {message_id!r}): "
+                f"{type(cause).__name__}: {str(cause).rstrip('.')}. The partial output is persisted; "
+                "run again with mode='resume' to continue the turn."
+            )
+        super().__init__(message)
 
 
 class OutputValidationError(We0Error):
@@ -101,7 +105,7 @@ class ScriptExhaustedError(ModelError):
     """A ScriptedModel was called more often than it was scripted."""
 
     def __init__(self, message: str):
-        Exception.__init__(self, message)
+        super().__init__(message=message)
 
 
 class PersistenceError(We0Error):
@@ -126,9 +130,9 @@ class ModelProviderError(ModelError):
     """
 
     def __init__(self, message: str, *, status_code: int | None = None, retryable: bool = False):
+        super().__init__(message=message)
         self.status_code = status_code
         self.retryable = retryable
-        Exception.__init__(self, message)
 
 
 class ModelAuthenticationError(ModelProviderError):

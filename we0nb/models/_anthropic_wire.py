@@ -27,13 +27,13 @@ stream.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .._ids import new_id
 from ..errors import ModelProviderError
 from ..messages import Usage
+from ._wire import as_int, get, tool_input
 from .base import (
     AssistantTurn,
     FinishEvent,
@@ -135,24 +135,6 @@ def system_param(system: Optional[str], *, cache: bool = False) -> Any:
 # --------------------------------------------------------------------------- stream
 
 
-def _get(obj: Any, name: str) -> Any:
-    """A field of an SDK event object or of a plain dict (None when absent)."""
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(name)
-    value = getattr(obj, name, None)
-    if value is None:
-        extra = getattr(obj, "model_extra", None)
-        if extra:
-            value = extra.get(name)
-    return value
-
-
-def _int(x: Any) -> Optional[int]:
-    return int(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
-
-
 @dataclass
 class _Block:
     kind: str
@@ -164,18 +146,8 @@ class _Block:
     start_input: Any = None
 
     def tool_event(self) -> ToolCallEvent:
-        raw = "".join(self.pieces)
-        value: Any
-        if not raw.strip():
-            value = self.start_input if isinstance(self.start_input, dict) else {}
-        else:
-            try:
-                value = json.loads(raw)
-            except ValueError:
-                value = raw
-            if not isinstance(value, dict):
-                value = raw
-        return ToolCallEvent(self.call_id or new_id("call"), self.name, value)
+        empty = self.start_input if isinstance(self.start_input, dict) else None
+        return ToolCallEvent(self.call_id or new_id("call"), self.name, tool_input("".join(self.pieces), empty))
 
 
 class StreamAccumulator:
@@ -194,7 +166,7 @@ class StreamAccumulator:
         return ModelProviderError(f"{self.where} sent a malformed stream: {what}", retryable=True)
 
     def feed(self, ev: Any) -> list[ModelEvent]:
-        kind = _get(ev, "type")
+        kind = get(ev, "type")
         if kind == "content_block_delta":
             return self._delta(ev)
         if kind == "content_block_start":
@@ -202,43 +174,43 @@ class StreamAccumulator:
         if kind == "content_block_stop":
             return self._stop(ev)
         if kind == "message_start":
-            self._usage(_get(_get(ev, "message"), "usage"))
+            self._usage(get(get(ev, "message"), "usage"))
         elif kind == "message_delta":
-            reason = _get(_get(ev, "delta"), "stop_reason")
+            reason = get(get(ev, "delta"), "stop_reason")
             if isinstance(reason, str) and reason:
                 self.stop_reason = reason
-            self._usage(_get(ev, "usage"))
+            self._usage(get(ev, "usage"))
         elif kind == "message_stop":
             self.stopped = True
         return []  # ping and event types added to the API later: nothing to do
 
     def _index(self, ev: Any) -> int:
-        index = _get(ev, "index")
+        index = get(ev, "index")
         if not isinstance(index, int) or isinstance(index, bool):
-            raise self.malformed(f"a {_get(ev, 'type')} event without a block index")
+            raise self.malformed(f"a {get(ev, 'type')} event without a block index")
         return index
 
     def _start(self, ev: Any) -> list[ModelEvent]:
         index = self._index(ev)
-        cb = _get(ev, "content_block")
-        kind = _get(cb, "type")
+        cb = get(ev, "content_block")
+        kind = get(cb, "type")
         if not isinstance(kind, str):
             raise self.malformed(f"content_block_start {index} without a block type")
         block = self.blocks[index] = _Block(kind)
         if kind == "text":
-            t = _get(cb, "text")
+            t = get(cb, "text")
             return [TextDelta(t)] if isinstance(t, str) and t else []
         if kind == "thinking":
-            t = _get(cb, "thinking")
+            t = get(cb, "thinking")
             return [ReasoningDelta(t)] if isinstance(t, str) and t else []
         if kind == "redacted_thinking":
-            data = _get(cb, "data")
+            data = get(cb, "data")
             block.data = data if isinstance(data, str) else ""
         elif kind == "tool_use":
-            cid, name = _get(cb, "id"), _get(cb, "name")
+            cid, name = get(cb, "id"), get(cb, "name")
             block.call_id = cid if isinstance(cid, str) else ""
             block.name = name if isinstance(name, str) else ""
-            block.start_input = _get(cb, "input")
+            block.start_input = get(cb, "input")
         return []
 
     def _delta(self, ev: Any) -> list[ModelEvent]:
@@ -246,20 +218,20 @@ class StreamAccumulator:
         block = self.blocks.get(index)
         if block is None:
             raise self.malformed(f"a content_block_delta for block {index}, which never started")
-        delta = _get(ev, "delta")
-        dtype = _get(delta, "type")
+        delta = get(ev, "delta")
+        dtype = get(delta, "type")
         if dtype == "text_delta":
-            t = _get(delta, "text")
+            t = get(delta, "text")
             return [TextDelta(t)] if isinstance(t, str) and t else []
         if dtype == "thinking_delta":
-            t = _get(delta, "thinking")
+            t = get(delta, "thinking")
             return [ReasoningDelta(t)] if isinstance(t, str) and t else []
         if dtype == "input_json_delta":
-            piece = _get(delta, "partial_json")
+            piece = get(delta, "partial_json")
             if isinstance(piece, str):
                 block.pieces.append(piece)
         elif dtype == "signature_delta":
-            sig = _get(delta, "signature")
+            sig = get(delta, "signature")
             if isinstance(sig, str):
                 block.signature.append(sig)
         return []  # citations and delta types added later are not kept
@@ -286,10 +258,10 @@ class StreamAccumulator:
             return
         for key, name in (("input", "input_tokens"), ("cache_write", "cache_creation_input_tokens"),
                           ("cache_read", "cache_read_input_tokens"), ("output", "output_tokens")):
-            value = _int(_get(u, name))
+            value = as_int(get(u, name))
             if value is not None:
                 self.tokens[key] = value
-        thinking = _int(_get(_get(u, "output_tokens_details"), "thinking_tokens"))
+        thinking = as_int(get(get(u, "output_tokens_details"), "thinking_tokens"))
         if thinking is not None:
             self.thinking_tokens = thinking
 

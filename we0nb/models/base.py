@@ -8,6 +8,7 @@ plus the tool schemas. It streams :data:`ModelEvent` items back.
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Literal, Optional, Union
 
@@ -29,6 +30,7 @@ __all__ = [
     "ToolCallEvent",
     "FinishEvent",
     "ModelEvent",
+    "ModelPrice",
     "Model",
 ]
 
@@ -170,8 +172,44 @@ class FinishEvent:
 ModelEvent = Union[TextDelta, ReasoningDelta, ReasoningEnd, ToolCallEvent, FinishEvent]
 
 
+@dataclass(frozen=True)
+class ModelPrice:
+    """A price given to a model by its user: USD per million input tokens and per million
+    output tokens (``price=(0.15, 0.60)`` on a model, or ``price=ModelPrice(0.15, 0.60)``).
+
+    Stored and validated here; the cost of a call is computed from usage later (SPEC §13).
+    A model without one is priced by its :attr:`Model.provider_name` and
+    :attr:`Model.request_model` (None: unknown, never 0)."""
+
+    input_mtok: float
+    output_mtok: float
+
+    def __post_init__(self) -> None:
+        for value in (self.input_mtok, self.output_mtok):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < 0:
+                raise ValueError(
+                    "price=...: expected USD per million input and output tokens as two numbers >= 0, "
+                    f"e.g. price=(0.15, 0.60); got {self.input_mtok!r}, {self.output_mtok!r}.")
+
+    @classmethod
+    def of(cls, value: Any) -> Optional["ModelPrice"]:
+        """``value`` as a price: None, a :class:`ModelPrice`, or an ``(input, output)`` pair."""
+        if value is None or isinstance(value, ModelPrice):
+            return value
+        if isinstance(value, (tuple, list)) and len(value) == 2:
+            return cls(value[0], value[1])
+        raise ValueError("price=...: expected USD per million input and output tokens as a pair, e.g. "
+                         f"price=(0.15, 0.60), or a ModelPrice; got {value!r}.")
+
+
 class Model(abc.ABC):
-    """An LLM behind the port. Subclasses implement :meth:`stream`."""
+    """An LLM behind the port. Subclasses implement :meth:`stream`.
+
+    The properties :attr:`provider_name`, :attr:`request_model`, :attr:`server_address`,
+    :attr:`server_port` and :attr:`price` are the facts a trace and a price lookup need
+    (OpenTelemetry GenAI terms); a subclass overrides those that differ from the defaults.
+    """
 
     #: a short id recorded on every assistant message
     model_id: str = "model"
@@ -179,6 +217,44 @@ class Model(abc.ABC):
     context_window: Optional[int] = None
     #: the structured-output mode this model works with when the agent does not choose one
     output_mode: OutputMode = "tool"
+    # set through _set_pricing() from a model's provider= and price= keywords
+    _provider: str = "we0nb"
+    _price: Optional[ModelPrice] = None
+
+    @property
+    def provider_name(self) -> str:
+        """The provider in OpenTelemetry GenAI terms (``gen_ai.provider.name``): ``"openai"``,
+        ``"anthropic"`` … (``"we0nb"`` for the offline test models)."""
+        return self._provider
+
+    @property
+    def request_model(self) -> str:
+        """The model name sent to the provider (``gen_ai.request.model``)."""
+        return self.model_id
+
+    @property
+    def server_address(self) -> Optional[str]:
+        """The host an HTTP model talks to (``server.address``); None for a model without one."""
+        return None
+
+    @property
+    def server_port(self) -> Optional[int]:
+        """The port an HTTP model talks to (``server.port``); None for a model without one."""
+        return None
+
+    @property
+    def price(self) -> Optional[ModelPrice]:
+        """The price its user gave this model (None: look it up by provider and model)."""
+        return self._price
+
+    def _set_pricing(self, provider: Optional[str], price: Any) -> None:
+        """Validate and keep the ``provider=`` and ``price=`` keywords of a model's constructor."""
+        if provider is not None:
+            if not isinstance(provider, str) or not provider.strip():
+                raise ValueError(f"{type(self).__name__}(provider=...): expected a provider name such as "
+                                 f"'openai' or 'anthropic', got {provider!r}.")
+            self._provider = provider
+        self._price = ModelPrice.of(price)
 
     @abc.abstractmethod
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:

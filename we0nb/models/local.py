@@ -45,6 +45,7 @@ from typing import Any, Optional
 
 from .._extras import MissingExtraError
 from ..errors import We0Error
+from .base import ModelPrice
 
 __all__ = ["LocalModel", "LocalModelError", "local_model", "bundled_model_path", "MODEL_NAME"]
 
@@ -120,6 +121,7 @@ class LocalModel:
     port (None: a free one, kept across restarts); ``startup_timeout`` seconds to wait for
     the first answer; ``model_path`` another GGUF file. Other keywords go to
     :class:`~we0nb.OpenAIChatModel` (e.g. ``temperature``, ``max_tokens``, ``tool_choice``).
+    Its price is known, and 0 per token (it runs on this machine); ``price=`` overrides it.
     """
 
     def __init__(self, *, n_ctx: int = 2048, n_threads: Optional[int] = None,
@@ -227,9 +229,10 @@ class LocalModel:
         if self.model is None:
             from .openai import OpenAIChatModel
 
+            # a model on this machine costs nothing per token: its price is known, and 0
             options: dict[str, Any] = {"context_window": self.n_ctx, "output_mode": "native",
                                        "native_format": "json_object", "api_key": "local", "max_retries": 1,
-                                       **self.model_options}
+                                       "price": ModelPrice(0, 0), **self.model_options}
             self.model = OpenAIChatModel(MODEL_NAME, base_url=self.url, **options)
         return self.model
 

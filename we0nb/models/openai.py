@@ -4,10 +4,10 @@ Works with OpenAI, vLLM, Ollama, llama.cpp's ``llama-server``, llama-cpp-python'
 LM Studio, DeepSeek and other servers that speak ``POST /v1/chat/completions`` with
 ``stream=True``. Install the extra: ``pip install 'we0nb[openai]'``.
 
-The wire format lives in :mod:`we0nb.models.openai_wire`, the meaning of errors and the
-retry rules in :mod:`we0nb.models.openai_errors`; this module is the adapter: it builds
-the request, streams it, retries what may succeed next time, and closes the HTTP response
-at once when the engine closes the stream (an abort), so the server sees the client go.
+The wire format lives in :mod:`we0nb.models._openai_wire`, the meaning of errors in
+:mod:`we0nb.models._openai_errors`; the client, the retries, the error messages and the
+closing of the HTTP response on abort are those of every HTTP adapter
+(:mod:`we0nb.models._http`). This module builds the request.
 
 Every error is recorded by the engine on the assistant message, which stays unfinished,
 so ``mode="resume"`` continues.
@@ -15,40 +15,27 @@ so ``mode="resume"`` continues.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-from typing import Any, AsyncIterator, Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
-from .._extras import require
-from ..errors import ContextWindowExceeded, ModelProviderError
-from .base import Model, ModelEvent, ModelRequest, OutputMode
-from .openai_errors import RetryPolicy, is_context_length_error, translate
-from .openai_wire import ChunkAccumulator, NativeFormat, response_format, to_openai_messages, to_openai_tools
-
-_openai: Any = None
-
-
-def _sdk() -> Any:
-    """The official openai package, imported on first use (a clear error without the extra)."""
-    global _openai
-    if _openai is None:
-        _openai = require("openai", "OpenAIChatModel", "openai")
-    return _openai
-
+from ..errors import ContextWindowExceeded
+from ._http import Failure, HttpModel
+from ._openai_errors import describe, is_context_length_error
+from ._openai_wire import ChunkAccumulator, NativeFormat, response_format, to_openai_messages, to_openai_tools
+from .base import ModelEvent, ModelRequest, OutputMode
 
 __all__ = ["OpenAIChatModel", "to_openai_messages", "to_openai_tools", "is_context_length_error", "ToolChoice"]
 
 #: a ``tool_choice`` value, or a function of the request returning one (None: not sent)
 ToolChoice = Union[str, dict, Callable[[ModelRequest], Any], None]
 
-_RESERVED = ("model", "messages", "stream", "stream_options", "tools")
 _CHOICES = ("auto", "none", "required")
 _MODES = ("tool", "native", "prompted")
 _FORMATS = ("json_schema", "json_object")
 
 
-class OpenAIChatModel(Model):
+class OpenAIChatModel(HttpModel[ChunkAccumulator]):
     """An OpenAI-compatible chat-completions model, streamed through ``openai.AsyncOpenAI``.
 
     ``model`` is the server's model name; ``base_url`` the API root (e.g.
@@ -67,16 +54,30 @@ class OpenAIChatModel(Model):
       llama-server) or ``"json_object"`` (llama-cpp-python's server);
     * ``max_retries`` (3), ``retry_base_delay`` (0.5 s, doubled per attempt, capped at
       ``retry_max_delay`` = 8 s) and ``max_retry_after`` (60 s) — see
-      :mod:`we0nb.models.openai_errors`;
+      :mod:`we0nb.models._http`;
     * ``timeout`` — seconds for the HTTP request (None: the client's default);
     * ``stream_usage`` (True) — send ``stream_options={"include_usage": True}``; turn off
       for a server that rejects it;
     * ``send_reasoning`` (False) — send earlier reasoning back as ``reasoning_content``;
     * ``client`` — an ``openai.AsyncOpenAI`` to use instead of building one (its own
       ``max_retries`` then stays as you set it);
+    * ``provider`` and ``price`` — what prices the model's calls: it is priced by its model
+      name as provider ``"openai"`` whatever its ``base_url``, unless given another
+      ``provider`` or its own ``price=(usd_per_million_input, usd_per_million_output)``
+      (stored now; the cost itself is computed later, SPEC §13);
     * any other keyword (``temperature``, ``max_completion_tokens``, ``extra_body`` …) is
       passed to ``chat.completions.create`` as is.
     """
+
+    sdk_module = "openai"
+    sdk_extra = "openai"
+    api_name = "The OpenAI API"
+    default_url = "https://api.openai.com/v1"
+    key_env = "OPENAI_API_KEY"
+    url_env = "OPENAI_BASE_URL"
+    example_model = "gpt-4o-mini"
+    reserved = ("model", "messages", "stream", "stream_options", "tools")
+    _provider = "openai"
 
     def __init__(self, model: str, base_url: Optional[str] = None, api_key: Optional[str] = None, *,
                  context_window: Optional[int] = None, tool_choice: ToolChoice = None,
@@ -84,60 +85,20 @@ class OpenAIChatModel(Model):
                  max_retries: int = 3, retry_base_delay: float = 0.5,
                  retry_max_delay: float = 8.0, max_retry_after: float = 60.0, timeout: Optional[float] = None,
                  stream_usage: bool = True, send_reasoning: bool = False, client: Any = None,
-                 model_id: Optional[str] = None, **options: Any):
-        _sdk()  # the client is an extra: a clear one-line error here rather than at the first step
-        _check(model, context_window, max_retries, retry_base_delay, retry_max_delay, max_retry_after,
-               output_mode, native_format, tool_choice, options)
+                 model_id: Optional[str] = None, provider: Optional[str] = None, price: Any = None,
+                 **options: Any):
+        super().__init__(model, base_url=base_url, api_key=api_key, context_window=context_window,
+                         max_retries=max_retries, retry_base_delay=retry_base_delay,
+                         retry_max_delay=retry_max_delay, max_retry_after=max_retry_after, timeout=timeout,
+                         client=client, model_id=model_id, provider=provider, price=price, options=options)
+        _check(output_mode, native_format, tool_choice)
         if client is None:
-            api_key = _api_key(api_key, base_url)
-        self.model = model
-        self.base_url = base_url
-        self.model_id = model_id or model
-        self.context_window = context_window
+            self._api_key = _api_key(api_key, base_url)
         self.tool_choice = tool_choice
         self.output_mode = output_mode
         self.native_format: NativeFormat = native_format
-        self.retry = RetryPolicy(max_retries, float(retry_base_delay), float(retry_max_delay),
-                                 float(max_retry_after))
-        self.timeout = timeout
         self.stream_usage = bool(stream_usage)
         self.send_reasoning = bool(send_reasoning)
-        self.options = options
-        self._api_key = api_key
-        self._given_client = client
-        self._client: Any = None
-        self._client_loop: Any = None
-
-    @property
-    def max_retries(self) -> int:
-        return self.retry.max_retries
-
-    def __repr__(self) -> str:
-        where = f", base_url={self.base_url!r}" if self.base_url else ""
-        return f"OpenAIChatModel({self.model!r}{where})"
-
-    # ------------------------------------------------------------------ client
-
-    def _get_client(self) -> Any:
-        if self._given_client is not None:
-            return self._given_client
-        loop = asyncio.get_running_loop()
-        # an httpx connection pool belongs to one event loop: a new loop gets a new client
-        if self._client is None or self._client_loop is not loop:
-            kwargs: dict[str, Any] = {"api_key": self._api_key, "max_retries": 0}
-            if self.base_url is not None:
-                kwargs["base_url"] = self.base_url
-            if self.timeout is not None:
-                kwargs["timeout"] = self.timeout
-            self._client = _sdk().AsyncOpenAI(**kwargs)
-            self._client_loop = loop
-        return self._client
-
-    async def aclose(self) -> None:
-        """Close the HTTP client of the current event loop (optional; it is rebuilt on use)."""
-        client, self._client, self._client_loop = self._client, None, None
-        if client is not None:
-            await client.close()
 
     # ------------------------------------------------------------------ request
 
@@ -172,47 +133,24 @@ class OpenAIChatModel(Model):
             choice = {"type": "function", "function": {"name": choice}}
         return choice
 
-    # ------------------------------------------------------------------ the stream
+    # ------------------------------------------------------------------ the stream (see HttpModel)
 
-    def _where(self) -> str:
-        return f"The model server at {self.base_url}" if self.base_url else "The OpenAI API"
+    def _new_client(self, kwargs: dict[str, Any]) -> Any:
+        return self.sdk().AsyncOpenAI(**kwargs)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:  # type: ignore[override]
-        client = self._get_client()
-        params = self.request_params(request)
-        sdk = _sdk()
-        attempt = 0
-        while True:
-            produced = False
-            response = None
-            delay: Optional[float] = None
-            try:
-                response = await client.chat.completions.create(**params)
-                acc = ChunkAccumulator()
-                while True:
-                    try:
-                        chunk = await response.__anext__()
-                    except StopAsyncIteration:
-                        break
-                    for ev in acc.feed(chunk):
-                        produced = True
-                        yield ev
-                if acc.chunks == 0:
-                    self._check_fits(params)  # an empty stream may be an oversized prompt
-                for ev in acc.finish(self._where()):
-                    yield ev
-                return
-            except Exception as exc:
-                if not produced:
-                    delay = self.retry.delay(sdk, exc, attempt)
-                if delay is None:
-                    raise self._final_error(sdk, exc, produced, attempt) from exc
-            finally:
-                if response is not None:
-                    # closes the HTTP response at once: on abort the server sees the disconnect
-                    await response.close()
-            attempt += 1
-            await asyncio.sleep(delay)
+    async def _open(self, client: Any, params: dict[str, Any]) -> Any:
+        return await client.chat.completions.create(**params)
+
+    def _accumulator(self) -> ChunkAccumulator:
+        return ChunkAccumulator()
+
+    def _finish(self, acc: ChunkAccumulator, params: dict[str, Any]) -> list[ModelEvent]:
+        if acc.chunks == 0:
+            self._check_fits(params)  # an empty stream may be an oversized prompt
+        return acc.finish(self._where())
+
+    def _describe(self, exc: BaseException) -> Optional[Failure]:
+        return describe(self.sdk(), exc)
 
     def _check_fits(self, params: dict[str, Any]) -> None:
         """An empty stream from a request estimated over the context window is a context overflow.
@@ -227,14 +165,6 @@ class OpenAIChatModel(Model):
             raise ContextWindowExceeded(
                 f"{self._where()} returned an empty stream for a request of about {estimate} tokens (estimated), "
                 f"more than the {self.context_window}-token context window of {self.model!r}")
-
-    def _final_error(self, sdk: Any, exc: Exception, produced: bool, attempt: int) -> BaseException:
-        err = translate(sdk, exc, produced=produced, where=self._where(), model=self.model)
-        if err is exc:
-            return exc
-        if attempt and isinstance(err, ModelProviderError):
-            err.args = (f"{err.args[0]} (gave up after {attempt} retr{'y' if attempt == 1 else 'ies'})",)
-        return err
 
 
 # --------------------------------------------------------------------------- construction checks
@@ -253,19 +183,7 @@ def _api_key(api_key: Optional[str], base_url: Optional[str]) -> str:
     return api_key
 
 
-def _check(model: Any, context_window: Any, max_retries: Any, retry_base_delay: Any, retry_max_delay: Any,
-           max_retry_after: Any, output_mode: Any, native_format: Any, tool_choice: Any,
-           options: dict[str, Any]) -> None:
-    if not isinstance(model, str) or not model:
-        raise TypeError("OpenAIChatModel(model): expected the model name as a non-empty string, e.g. 'gpt-4o-mini'.")
-    if context_window is not None and (not isinstance(context_window, int) or context_window <= 0):
-        raise ValueError("OpenAIChatModel(context_window=...): expected a positive number of tokens or None.")
-    if not isinstance(max_retries, int) or max_retries < 0:
-        raise ValueError("OpenAIChatModel(max_retries=...): expected an integer >= 0.")
-    for name, v in (("retry_base_delay", retry_base_delay), ("retry_max_delay", retry_max_delay),
-                    ("max_retry_after", max_retry_after)):
-        if not isinstance(v, (int, float)) or v < 0:
-            raise ValueError(f"OpenAIChatModel({name}=...): expected seconds >= 0.")
+def _check(output_mode: Any, native_format: Any, tool_choice: Any) -> None:
     if output_mode not in _MODES:
         raise ValueError(f"OpenAIChatModel(output_mode=...): expected 'tool', 'native' or 'prompted', "
                          f"got {output_mode!r}.")
@@ -275,6 +193,3 @@ def _check(model: Any, context_window: Any, max_retries: Any, retry_base_delay: 
     if tool_choice is not None and not (callable(tool_choice) or isinstance(tool_choice, (str, dict))):
         raise TypeError("OpenAIChatModel(tool_choice=...): expected 'auto', 'none', 'required', a tool name, "
                         f"a dict or a function of the request, got {type(tool_choice).__name__}.")
-    bad = sorted(set(options) & set(_RESERVED))
-    if bad:
-        raise TypeError(f"OpenAIChatModel: {', '.join(bad)} cannot be passed as options; the model sets them.")

@@ -166,11 +166,15 @@ class ScriptedModel(Model):
     """Plays ``steps``: one list of items per model call, in order.
 
     ``delay`` (seconds) is slept before each delta, to make a run slow enough to abort.
-    ``requests`` lists every :class:`ModelRequest` received.
+    ``requests`` lists every :class:`ModelRequest` received. Its provider is ``"we0nb"``
+    (no price is known) unless ``provider=`` names one, priced by ``model_id``; ``price=(usd
+    per million input tokens, usd per million output tokens)`` gives it one (stored now;
+    the cost is computed later, SPEC §13).
     """
 
     def __init__(self, steps: Sequence[Sequence[ScriptItem]], delay: float = 0.0, *,
-                 model_id: str = "scripted", context_window: Optional[int] = None):
+                 model_id: str = "scripted", context_window: Optional[int] = None,
+                 provider: Optional[str] = None, price: Any = None):
         if isinstance(steps, (str, bytes)) or not isinstance(steps, Sequence):
             raise TypeError("ScriptedModel(steps): expected a list with one list of items per model call.")
         norm: list[list[ScriptItem]] = []
@@ -182,6 +186,7 @@ class ScriptedModel(Model):
             norm.append(list(step))
         if not isinstance(delay, (int, float)) or delay < 0:
             raise ValueError("ScriptedModel: delay must be a number of seconds >= 0.")
+        self._set_pricing(provider, price)
         self.steps = norm
         self.delay = float(delay)
         self.model_id = model_id
@@ -210,14 +215,15 @@ class FunctionModel(Model):
     async iterator of items). ``requests`` lists every request received — unless
     ``keep_requests=False``, for long batches: each request holds its run's whole history, and
     kept they would stay in memory (and in every full collection of the garbage collector)
-    until the model is dropped.
+    until the model is dropped. ``provider`` and ``price``: as for :class:`ScriptedModel`.
     """
 
     def __init__(self, function: Callable[[ModelRequest], Any], *, delay: float = 0.0,
                  model_id: str = "function", context_window: Optional[int] = None,
-                 keep_requests: bool = True):
+                 keep_requests: bool = True, provider: Optional[str] = None, price: Any = None):
         if not callable(function):
             raise TypeError("FunctionModel(function): expected a callable taking a ModelRequest.")
+        self._set_pricing(provider, price)
         self.function = function
         self.delay = float(delay)
         self.model_id = model_id
@@ -225,7 +231,7 @@ class FunctionModel(Model):
         self.keep_requests = bool(keep_requests)
         self.requests: list[ModelRequest] = []
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:  # type: ignore[override]
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         if self.keep_requests:
             self.requests.append(request)
         reply = self.function(request)

@@ -16,7 +16,7 @@ or redacted reasoning blocks has a fifth element, ``[[text, signature, redacted]
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Any, Sequence
 
 from .base import AssistantTurn, ModelMessage, ReasoningBlock, ToolCall, ToolResult, UserTurn
 
@@ -27,12 +27,12 @@ _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 def dump_view(items: Sequence[ModelMessage]) -> str:
     """One message's model items as a JSON array."""
-    out: list[list] = []
+    out: list[list[Any]] = []
     for m in items:
         if isinstance(m, UserTurn):
             out.append(["u", m.text])
         elif isinstance(m, AssistantTurn):
-            item = ["a", m.text, m.reasoning, [[c.call_id, c.name, c.input] for c in m.tool_calls]]
+            item: list[Any] = ["a", m.text, m.reasoning, [[c.call_id, c.name, c.input] for c in m.tool_calls]]
             if m.reasoning_blocks:
                 item.append([[b.text, b.signature, b.redacted] for b in m.reasoning_blocks])
             out.append(item)

@@ -27,6 +27,7 @@ from typing import Any, Literal, Optional
 from .._ids import new_id
 from ..errors import ModelProviderError
 from ..messages import Usage
+from ._wire import as_int, get, tool_input
 from .base import (
     AssistantTurn,
     FinishEvent,
@@ -113,39 +114,12 @@ class _PendingCall:
     arguments: list[str] = field(default_factory=list)
 
     def event(self) -> ToolCallEvent:
-        raw = "".join(self.arguments)
-        value: Any
-        if not raw.strip():
-            value = {}
-        else:
-            try:
-                # strict=False: a raw newline or tab inside a string (small models write them,
-                # llama.cpp's JSON grammar lets them through) is taken as that character
-                value = json.loads(raw, strict=False)
-            except ValueError:
-                value = raw
-            if not isinstance(value, dict):
-                value = raw
-        return ToolCallEvent(self.call_id or new_id("call"), self.name, value)
-
-
-def get(obj: Any, name: str) -> Any:
-    """A field of a chunk object, extra fields included (servers add their own)."""
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(name)
-    value = getattr(obj, name, None)
-    if value is None:
-        extra = getattr(obj, "model_extra", None)
-        if extra:
-            value = extra.get(name)
-    return value
+        return ToolCallEvent(self.call_id or new_id("call"), self.name, tool_input("".join(self.arguments)))
 
 
 def to_usage(u: Any) -> Usage:
     def num(x: Any) -> int:
-        return int(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else 0
+        return as_int(x) or 0
 
     return Usage(
         input_tokens=num(get(u, "prompt_tokens")),
