@@ -120,6 +120,8 @@ class StepProcessor:
             handed = ModelStream(stream.__aiter__(), self, prelude)
             writer.start_flush_clock()
             yield handed
+            if state.observer is not None:
+                state.observer.model_ended(state.steps, handed.error)
             if handed.error is not None:
                 raise handed.error
         except BaseException as exc:

@@ -43,6 +43,7 @@ from .compaction import Compactor
 from .events import Event
 from .executor import ToolExecutor
 from .history import HistoryCache
+from .observe import observer_for
 from .output import OutputChecker
 from .processor import ModelStream
 from .recovery import Situation
@@ -123,12 +124,14 @@ class Run:
         :class:`~we0nb.engine.processor.ModelStream`): a delta crosses nothing else. That is why
         this function is long — the delta path must not pass through another generator."""
         state = await self._begin()
-        writer, scope, aborted = state.writer, state.scope, self.req.abort.is_set
-        lease = writer.lease
+        writer, scope, aborted, obs = state.writer, state.scope, self.req.abort.is_set, state.observer
+        lease, ended = writer.lease, None
         try:
             try:
                 async for ev in self._run(state):
                     if not isinstance(ev, ModelStream):
+                        if obs is not None:
+                            obs.event(ev)
                         yield ev
                         continue
                     handed = ev
@@ -140,6 +143,8 @@ class Run:
                         if handed.prelude is not None:  # (a pipelined step's start, once the model answered)
                             first = await self._first(handed)
                             async for out in handed.prelude:
+                                if obs is not None:
+                                    obs.event(out)
                                 yield out
                         while True:
                             if first is _NOTHING:
@@ -161,11 +166,15 @@ class Run:
                                 kind = "reasoning"
                             else:
                                 for out in await proc.handle(m):
+                                    if obs is not None:
+                                        obs.event(out)
                                     yield out
                                 open_kind = writer.open.type if writer.open is not None else None
                                 continue
                             if kind is not open_kind:
                                 for out in await proc.open_part(kind):
+                                    if obs is not None:
+                                        obs.event(out)
                                     yield out
                                 open_kind, part_id = kind, writer.open.id  # type: ignore[union-attr]
                             text = m.text
@@ -187,17 +196,24 @@ class Run:
             except Aborted:
                 await writer.persist_interrupted()  # (commits a held step end too)
                 for ev in writer.take_held_events():  # its events, now that it is durable
+                    if obs is not None:
+                        obs.event(ev)
                     yield ev
-                raise asyncio.CancelledError("run aborted") from None
-            except (asyncio.CancelledError, GeneratorExit):
+                ended = asyncio.CancelledError("run aborted")
+                raise ended from None
+            except (asyncio.CancelledError, GeneratorExit) as exc:
+                ended = exc
                 scope.uncancel()
                 if not writer.lost:
                     await asyncio.shield(writer.persist_interrupted())
                 raise
             except BaseException as exc:
+                ended = exc
                 await self._salvage(exc)
                 raise
         finally:
+            if obs is not None:
+                obs.run_ended(ended)
             await self._end(scope, lease)
 
     async def _first(self, handed: ModelStream) -> Any:
@@ -222,7 +238,8 @@ class Run:
         scope.start()
         writer = Writer(self.p, lease, self.agent.flush_interval, pipelined=self.pipelined)
         self.state = RunState(self.agent, req, writer, scope, self.agent.toolset.table,
-                              snap=_same if self.options.live_parts else snapshot)
+                              snap=_same if self.options.live_parts else snapshot,
+                              observer=observer_for(self.agent, req))
         return self.state
 
     async def _end(self, scope: AbortScope, lease: Optional[Lease]) -> None:

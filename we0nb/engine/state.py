@@ -15,6 +15,7 @@ from ..models.base import Model, ModelRequest, ToolSchema
 from ..persistence.base import Persistence
 from ..tools import AnyToolDefinition, ToolPolicy
 from .abort import AbortScope
+from .observe import RunObserver
 from .history import HistoryCache
 from .request import RunRequest
 from .toolset import ToolTable, Toolset
@@ -61,6 +62,8 @@ class RunState:
     #: what a stream event carries of a part or message: a copy (safe to keep, the public
     #: contract), or the live object for a consumer of this package that reads it at once
     snap: Callable[[Any], Any] = snapshot
+    #: who watches the run from the side (tracing), if anyone (see :mod:`.observe`)
+    observer: Optional["RunObserver"] = None
     _parent: Optional[str] = None
 
     @property
