@@ -8,6 +8,7 @@ Invariants after the resume:
 """
 
 import asyncio
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -177,4 +178,128 @@ async def _approval_scenario(policies, script, aborts, decisions):
             assert p.state.status in ("completed", "error")
             if p.state.input.get("n") in approved and (p.tool, p.state.input["n"]) not in runs:
                 assert p.interrupted, f"approved call {p.state.input} neither ran nor was interrupted"
+    assert_paired(model.requests)
+
+
+# --------------------------------------------------------------------------- exactly once (SPEC §11)
+
+#: plain (side effects, neither keyword), idempotent (its service deduplicates on the key),
+#: reconcile (it tells the truth), reconcile that sometimes cannot tell, read-only
+KINDS = ("plain", "idempotent", "reconcile", "reconcile-unsure", "read")
+
+
+class Effects:
+    """The outside world: effects by key (deduplicated) and every execution, per call."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[str, int] = {}
+        self.executions: dict[int, int] = {}
+        self.applied: dict[int, int] = {}
+        #: executions of a call whose effect had happened already (a reconcile said so, or should have)
+        self.redundant: dict[int, int] = {}
+
+
+def eo_tool(name: str, kind: str, world: Effects, abort_in: dict, unsure: set) -> Any:
+    from we0nb import Reconciled, ToolContext
+
+    async def body(n: int, ctx: ToolContext) -> str:
+        world.executions[n] = world.executions.get(n, 0) + 1
+        effect_first = n in abort_in["effect_first"]
+        if n in abort_in["calls"] and not effect_first:
+            abort_in["event"].set()
+            await asyncio.sleep(0.05)  # cut before the effect
+        if kind in ("idempotent", "reconcile", "reconcile-unsure"):
+            if ctx.idempotency_key in world.by_key:
+                world.redundant[n] = world.redundant.get(n, 0) + 1
+            else:  # the service deduplicates on the key
+                world.by_key[ctx.idempotency_key] = n
+                world.applied[n] = world.applied.get(n, 0) + 1
+        elif kind == "plain":
+            world.applied[n] = world.applied.get(n, 0) + 1
+        if n in abort_in["calls"] and effect_first:
+            abort_in["event"].set()
+            await asyncio.sleep(0.05)  # cut after the effect: in doubt
+        return f"{name}:{n}"
+
+    def reconcile(ctx: Any, inp: dict) -> Any:
+        if kind == "reconcile-unsure" and inp["n"] in unsure:
+            return Reconciled.unknown("the service could not say")
+        return Reconciled.done(f"{name}:{inp['n']}") if ctx.idempotency_key in world.by_key else Reconciled.not_done()
+
+    body.__name__ = name
+    return tool(body, side_effects=kind != "read", idempotent=kind == "idempotent",
+                reconcile=reconcile if kind.startswith("reconcile") else None)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kinds=st.lists(st.sampled_from(KINDS), min_size=4, max_size=4),
+       script=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=3), min_size=1, max_size=3),
+       aborts=st.lists(st.tuples(st.one_of(st.none(), st.integers(1, 40)), st.integers(0, 12)), min_size=1,
+                       max_size=3),
+       effect_first=st.sets(st.integers(0, 12)), unsure=st.sets(st.integers(0, 12)),
+       prompt_after=st.booleans())
+def test_exactly_once_under_any_aborts_and_reconcile_answers(kinds, script, aborts, effect_first, unsure,
+                                                            prompt_after):
+    asyncio.run(_exactly_once(kinds, script, aborts, effect_first, unsure, prompt_after))
+
+
+async def _exactly_once(kinds, script, aborts, effect_first, unsure, prompt_after):
+    world = Effects()
+    abort_in: dict = {"event": None, "calls": set(), "effect_first": effect_first}
+    tools = [eo_tool(f"t{i}", k, world, abort_in, unsure) for i, k in enumerate(kinds)]
+    n, steps, kind_of = 0, [], {}
+    for step in script:
+        items = [text("thinking ")]
+        for t in step:
+            items.append(tool_call(f"t{t}", {"n": n}))
+            kind_of[n] = kinds[t]
+            n += 1
+        steps.append(items)
+    steps += [[text("final answer")]] * 12
+    model = ScriptedModel(steps)
+    agent = We0Agent(model, tools=tools, persistence=MemoryPersistence())
+    sid, mode, messages = "ses_eo", "prompt", [user_message("go")]
+    for abort_at, abort_in_tool in aborts:  # a run, and each resume, cut at another point
+        abort = asyncio.Event()
+        cut = abort_in_tool % n if abort_in_tool is not None and n else None  # (a call that exists)
+        abort_in["event"], abort_in["calls"] = abort, {cut} - {None}
+        count = 0
+        try:
+            async for _ in agent.stream(abort=abort, mode=mode, session_id=sid, messages=messages):
+                count += 1
+                if count == abort_at:
+                    abort.set()
+            break  # (it finished)
+        except asyncio.CancelledError:
+            mode, messages = "resume", None
+    abort_in["calls"] = set()
+    if mode == "resume":  # the last one was cut: finish it
+        if prompt_after:
+            r = await agent.invoke(session_id=sid, messages=[user_message("new")])
+        else:
+            r = await agent.invoke(mode="resume", session_id=sid)
+        assert r.result == "stop"
+
+    t = await agent.transcript(sid)
+    parts = {int(p.state.input["n"]): p for m in t.messages for p in m.tool_parts}
+    for call, part in parts.items():
+        kind = kind_of[call]
+        applied = world.applied.get(call, 0)
+        assert part.state.status in ("completed", "error")
+        if kind != "read":
+            assert applied <= 1, f"call {call} ({kind}) had {applied} effects"
+        if kind.startswith("reconcile"):  # a reconcile that tells the truth: never run once it ran
+            assert world.redundant.get(call, 0) == 0, f"call {call} ({kind}) ran again after its effect"
+        if part.interrupted:
+            assert part.state.metadata["in_doubt"] in (True, False)
+            if part.state.metadata["in_doubt"] is False:
+                assert applied == 0, f"call {call} ({kind}) never started, yet had an effect"
+        # exactly once: a deduplicating or truthfully reconciled call that was not left to a new
+        # prompt ends completed with one effect
+        exact = kind == "idempotent" or kind == "reconcile" or (kind == "reconcile-unsure" and call not in unsure)
+        if exact and not prompt_after:
+            if part.state.status == "completed":
+                assert applied == 1, f"call {call} ({kind}) completed with {applied} effects"
+            else:  # interrupted only where it never started (behind an interrupt, or blocked)
+                assert part.state.metadata["in_doubt"] is False and applied == 0, (call, kind, part.state)
     assert_paired(model.requests)
