@@ -198,6 +198,11 @@ class ToolDefinition(Generic[R]):
         return self.policy.side_effects
 
     @property
+    def wants_context(self) -> bool:
+        """Whether :meth:`call` reads the :class:`ToolContext` (else the executor makes none)."""
+        return self.context_param is not None
+
+    @property
     def blocks_on_error(self) -> bool:
         return self.policy.blocks_on_error
 

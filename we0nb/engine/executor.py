@@ -205,7 +205,8 @@ class ToolExecutor:
         inp, start = running.input, running.time.start
         scope = self.state.scope
         try:
-            result = await scope.wait(definition.call(kwargs, self.context(tp, meta["attempt"])))
+            context = self.context(tp, meta["attempt"]) if definition.wants_context else None
+            result = await scope.wait(definition.call(kwargs, context))
         except asyncio.CancelledError:
             if scope.cancelled_by_us() or _task_cancelling():
                 raise

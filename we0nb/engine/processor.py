@@ -118,7 +118,6 @@ class StepProcessor:
         try:
             stream = state.agent.model.stream(request)
             handed = ModelStream(stream.__aiter__(), self, prelude)
-            writer.start_flush_clock()
             yield handed
             if state.observer is not None:
                 state.observer.model_ended(state.steps, handed.error)

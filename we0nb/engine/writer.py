@@ -234,11 +234,10 @@ class Writer:
     # ------------------------------------------------------------------ streamed text
 
     def open_part(self, part: OpenPart) -> None:
+        """A text or reasoning part starts streaming: it is due to be written ``flush_interval``
+        from now (and every ``flush_interval`` after each write)."""
         self.open = part
         self.chunks.clear()
-
-    def start_flush_clock(self) -> None:
-        """A step's stream begins: the open part is due every ``flush_interval`` from now."""
         if self.interval > 0:
             self.flush_due = False
             self._arm()

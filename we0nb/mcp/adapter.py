@@ -67,6 +67,10 @@ class MCPTool(ToolDefinition[Any]):
                                  "was not called.")
         return args
 
+    @property
+    def wants_context(self) -> bool:  # (the call's idempotency key goes to the server)
+        return True
+
     async def call(self, kwargs: dict[str, Any], context: Any = None) -> Any:
         assert self.server is not None
         return await self.server.call_tool(self.remote_name, kwargs)
