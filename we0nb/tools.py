@@ -306,8 +306,10 @@ def tool(fn: None = None, /, *, name: Optional[str] = None, description: Optiona
          ) -> Callable[[Callable[..., Any]], AnyToolDefinition]: ...
 
 
-def tool(fn=None, /, *, name=None, description=None, side_effects=True, blocks_on_error=False,
-         requires_approval=False, idempotent=False, reconcile=None):
+def tool(fn: Optional[Callable[..., Any]] = None, /, *, name: Optional[str] = None,
+         description: Optional[str] = None, side_effects: bool = True, blocks_on_error: bool = False,
+         requires_approval: ApprovalRule = False, idempotent: bool = False,
+         reconcile: Optional[ReconcileFunction] = None) -> Any:
     """Turn a sync or async function into a tool definition.
 
     ``@tool``, ``@tool(side_effects=False)`` and ``tool(fn, ...)`` all work. The input

@@ -125,7 +125,8 @@ class Run:
         this function is long — the delta path must not pass through another generator."""
         state = await self._begin()
         writer, scope, aborted, obs = state.writer, state.scope, self.req.abort.is_set, state.observer
-        lease, ended = writer.lease, None
+        lease = writer.lease
+        ended: Optional[BaseException] = None
         try:
             try:
                 async for ev in self._run(state):
