@@ -25,8 +25,8 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     site = tmp_path / "site"
-    for page in ("index.html", "resume/index.html", "api/agent/index.html", "architecture/index.html"):
-        assert (site / page).exists(), page
+    for name in ("index.html", "resume/index.html", "api/agent/index.html", "architecture/index.html"):
+        assert (site / name).exists(), name
     # the API reference is generated from the docstrings, not left empty
     assert "An LLM agent whose every message and part is persisted" in (site / "api/agent/index.html").read_text()
     # nothing is loaded from the network: no web fonts, the architecture picture is an SVG file
