@@ -44,7 +44,7 @@ GUARDED_MODULES = {
 ALLOWED = [
     ("we0nb/persistence/sql/inline.py", {"_call"}, ("sqlite3.", "os.stat", "os.path.abspath"),
      "inline SQLite runs each statement on the loop's thread on purpose: a WAL commit costs ~20 µs, less "
-     "than a hop to a thread (README, Durable sessions); it never *waits* there (busy timeout 0, async "
+     "than a hop to a thread (docs/persistence.md); it never *waits* there (busy timeout 0, async "
      "back-off). Opening stats the folder once."),
     ("we0nb/persistence/sql/engine.py", {"_new_engine"}, ("os.path.abspath",),
      "SQLAlchemy makes a SQLite file name absolute when an async engine is created (once per event loop)"),

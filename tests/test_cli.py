@@ -303,9 +303,9 @@ def test_lab_passes_unknown_options_to_jupyter(tmp_path, capsys, monkeypatch):
 
 
 def test_the_readme_sample_is_what_the_demo_prints(tmp_path):
-    """Every line of the README's sample output (but the elided "...") is printed by `we0nb demo`."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Run the demo (one command)", 1)[1]
+    """Every line of the docs' sample output (but the elided "...") is printed by `we0nb demo`."""
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    section = page.split("## The demo: one command", 1)[1]
     import re
 
     sample = next(body for lang, body in re.findall(r"```(\w*)\n(.*?)```", section, re.S) if not lang)

@@ -338,9 +338,9 @@ def test_approvals_never_creates_tables_on_postgres(tmp_path, pg_schema):
 
 
 def test_the_readme_approval_sample_is_what_the_demo_prints(tmp_path):
-    """Every line of the README's `we0nb demo --approve` sample (but the elided "...") is printed."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("## Human approval of tool calls", 1)[1].split("\n## ", 1)[0]
+    """Every line of the docs' `we0nb demo --approve` sample (but the elided "...") is printed."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "approval.md").read_text()
+    section = page.split("## From the command line", 1)[1].split("\n## ", 1)[0]
     sample = next(body for lang, body in re.findall(r"```(\w*)\n(.*?)```", section, re.S) if not lang)
     p = run("demo", "--approve", cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
