@@ -148,3 +148,9 @@ def user_write(sid: str, body: str) -> tuple[Any, Any]:
     u = UserMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=3.0))
     return u, TextPart(id=new_id("prt"), session_id=sid, message_id=u.id, text=body,
                        time=PartTime(start=3.0, end=3.0))
+
+
+async def put(p: Any, message: Any = None, *parts: Any, view: Optional[str] = None) -> None:
+    """Write ``message`` (or None) and ``parts`` in one commit of their own (no lease): what a test
+    stores directly, through the port's one write path."""
+    await p.commit([(message, parts, view)])

@@ -557,7 +557,7 @@ def test_a_schema_5_database_gains_the_claim_index_in_item_order(tmp_path) -> No
     import sqlite3
 
     from we0nb.persistence.sql import tables as S
-    from we0nb.persistence.sql.statements import statements
+    from we0nb.persistence.sql import statements as q
 
     db = tmp_path / "v5.db"
 
@@ -583,7 +583,7 @@ def test_a_schema_5_database_gains_the_claim_index_in_item_order(tmp_path) -> No
             str(S.SCHEMA_VERSION),)
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert "ix_we0_batch_items_next" in names and "ix_we0_batch_items_claim" not in names
-        plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + statements("sqlite")["batch_claim"], {
+        plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + q.compiled("sqlite")[q.BATCH_CLAIM], {
             "b": "b", "owner": "o", "host": "h", "pid": 1, "n": 1, "now": 1.0, "expires": 2.0}))
         assert "ix_we0_batch_items_next" in plan and "TEMP B-TREE" not in plan, plan
     finally:

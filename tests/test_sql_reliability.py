@@ -257,11 +257,11 @@ async def test_a_full_disk_is_a_persistence_error_inline(tmp_path: Path) -> None
     p = SqlPersistence(f"sqlite:///{tmp_path / 'full.db'}")
     sid = new_id("ses")
     await p.upsert_session(_session(sid))
-    _fill(p, p._inline.conn)  # type: ignore[union-attr]  # private on purpose: simulate SQLITE_FULL
+    _fill(p, p._db.conn)  # type: ignore[attr-defined]  # private on purpose: simulate SQLITE_FULL
     e = await _write_until_full(p, sid)
     assert "full" in str(e) and "\n" not in str(e) and isinstance(e.__cause__, sqlite3.Error)
     with pytest.raises(PersistenceError, match="full"):  # a single-statement write too
-        await p.upsert_part(_user(sid, "y" * 200_000)[1])
+        await p.upsert_session(_session(sid, "y" * 200_000))
     assert await _count(p, sid) == 1  # what was committed before is intact
     await p.close()
 
