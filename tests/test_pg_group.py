@@ -8,12 +8,11 @@ must write what the same commits one by one would have written.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from sql_support import Backend, backend_for, user_write
+from sql_support import Backend, user_write
 from we0nb import PersistenceError, Session, SqlPersistence
 from we0nb._ids import new_id
 from we0nb.errors import LeaseLostError
@@ -24,11 +23,6 @@ from we0nb.persistence.sql.engine import AsyncEngines
 from we0nb.persistence.sql.pg import PgConnections
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def pg(tmp_path: Path) -> Iterator[Backend]:
-    yield from backend_for("postgres", tmp_path)
 
 
 @pytest.fixture

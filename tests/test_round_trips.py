@@ -10,27 +10,17 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from batchkit import Ledger, make_agent
-from sql_support import Backend, backend_for
+from sql_support import Backend
 from we0nb import FunctionModel, SessionBusyError, We0Agent, text, user_message
 from we0nb.persistence.sql import pg_group
 from we0nb.persistence.sql import statements as q
 
-SQL = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(params=SQL)
-def sql(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    yield from backend_for(request.param, tmp_path)
-
-
-@pytest.fixture
-def pg(tmp_path: Path) -> Iterator[Backend]:
-    yield from backend_for("postgres", tmp_path)
+SQL_STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 @pytest.fixture

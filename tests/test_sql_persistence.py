@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import text as sql_text
@@ -47,7 +47,7 @@ from we0nb import (
     user_message,
 )
 from we0nb._ids import new_id
-from we0nb.messages import MessageError, MessageTime, PartTime, SessionRevert, SessionTime, ToolTime
+from we0nb.messages import MessageError, MessageTime, PartTime, SessionTime, ToolTime
 from we0nb.persistence.sql import tables as S
 from we0nb.persistence.sql.inline import InlineSqlite
 
@@ -55,18 +55,8 @@ from we0nb.persistence.sql.inline import InlineSqlite
 # --------------------------------------------------------------------------- backends
 
 
-BACKENDS = [
-    "memory",
-    "sqlite",
-    "sqlite-aiosqlite",
-    "sqlite-engine",
-    pytest.param("postgres", marks=pytest.mark.postgres),
-]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    yield from backend_for(request.param, tmp_path)
+STORES = ["memory", "sqlite", "sqlite-aiosqlite", "sqlite-engine", pytest.param("postgres", marks=pytest.mark.postgres)]
+SQL_STORES = STORES[1:]
 
 
 # --------------------------------------------------------------------------- fixtures of data
@@ -121,88 +111,6 @@ def _dump(tr: Any) -> Any:
 # --------------------------------------------------------------------------- port conformance
 
 
-async def test_sessions_round_trip(backend: Backend) -> None:
-    p = backend.fresh()
-    assert await p.get_session("ses_missing") is None
-    s1, s2 = _session(new_id("ses"), "first"), _session(new_id("ses"), "second")
-    await p.upsert_session(s2)
-    await p.upsert_session(s1)
-    s1b = s1.model_copy(update={"title": "renamed", "revert": SessionRevert(message_id="msg_x", time=3.0)})
-    await p.upsert_session(s1b)
-    q = backend.fresh()
-    assert await q.get_session(s1.id) == s1b
-    assert [s.id for s in await q.list_sessions()] == sorted([s1.id, s2.id])
-
-
-async def test_transcript_round_trips_exactly_in_creation_order(backend: Backend) -> None:
-    p = backend.fresh()
-    sid = new_id("ses")
-    msgs, parts = await _write(p, sid)
-    tr = await backend.fresh().load_transcript(sid)
-    assert tr.session == _session(sid)
-    assert [m.info for m in tr.messages] == msgs
-    assert tr.messages[0].parts == parts[:1]
-    assert tr.messages[1].parts == parts[1:]
-    for m in tr.messages:
-        for part in m.parts:
-            assert type(part).model_validate_json(part.model_dump_json()) == part
-
-
-async def test_upsert_replaces_the_row(backend: Backend) -> None:
-    p = backend.fresh()
-    sid = new_id("ses")
-    msgs, parts = await _write(p, sid)
-    tp = parts[4]
-    for state in (ToolStateRunning(input={"p": "x"}, time=ToolTime(start=20.0)),
-                  ToolStateCompleted(input={"p": "x"}, output="done", time=ToolTime(start=20.0, end=21.0))):
-        tp = tp.model_copy(update={"state": state})
-        await put(p, None, tp)
-    a = msgs[1].model_copy(update={"finish_reason": "stop"})
-    await put(p, a)
-    tr = await backend.fresh().load_transcript(sid)
-    assert tr.messages[1].info == a
-    got = [x for x in tr.messages[1].parts if x.id == tp.id]
-    assert got == [tp]
-    assert len(tr.messages[1].parts) == len(parts) - 1
-
-
-async def test_missing_session_loads_empty(backend: Backend) -> None:
-    tr = await backend.fresh().load_transcript("ses_nope")
-    assert tr.session is None and tr.messages == []
-
-
-async def test_sessions_are_separate_and_delete_messages_removes_parts(backend: Backend) -> None:
-    p = backend.fresh()
-    s1, s2 = new_id("ses"), new_id("ses")
-    m1, _ = await _write(p, s1)
-    m2, parts2 = await _write(p, s2)
-    await p.delete_messages(s1, [m1[1].id])
-    await p.delete_messages(s1, [])
-    q = backend.fresh()
-    tr1 = await q.load_transcript(s1)
-    assert [m.info.id for m in tr1.messages] == [m1[0].id]
-    tr2 = await q.load_transcript(s2)
-    assert [m.info.id for m in tr2.messages] == [m.id for m in m2]
-    assert sum(len(m.parts) for m in tr2.messages) == len(parts2)
-    if backend.raw is not None:  # the parts are gone for good, not just hidden
-        assert backend.raw(f"SELECT count(*) FROM we0_parts WHERE message_id = '{m1[1].id}'")[0][0] == 0
-
-
-async def test_lease_is_exclusive_until_released(backend: Backend) -> None:
-    p, q = backend.fresh(), backend.fresh()
-    sid = new_id("ses")
-    lease = await p.acquire_lease(sid, "run_a")
-    with pytest.raises(SessionBusyError) as err:
-        await q.acquire_lease(sid, "run_b")
-    assert err.value.session_id == sid and "run_a" in str(err.value)
-    other = await q.acquire_lease(new_id("ses"), "run_c")  # other sessions are free
-    await lease.release()
-    await lease.release()  # idempotent
-    again = await q.acquire_lease(sid, "run_b")
-    await again.release()
-    await other.release()
-
-
 async def test_agent_run_persists_and_a_fresh_instance_sees_it(backend: Backend) -> None:
     @tool(side_effects=False)
     def add(a: int, b: int) -> int:
@@ -255,13 +163,6 @@ async def test_abort_then_resume_in_a_new_instance(backend: Backend) -> None:
 
 
 # --------------------------------------------------------------------------- SQL specifics
-
-SQL_BACKENDS = [b for b in BACKENDS if b != "memory"]
-
-
-@pytest.fixture(params=SQL_BACKENDS)
-def sql(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    yield from backend_for(request.param, tmp_path)
 
 
 async def test_flattened_columns(sql: Backend) -> None:

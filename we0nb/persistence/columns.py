@@ -118,6 +118,7 @@ class ColumnReader(Protocol):
 
     def close(self) -> None:
         """Release what the reader holds (an engine of its own)."""
+        return None
 
     def __enter__(self) -> "ColumnReader":
         return self

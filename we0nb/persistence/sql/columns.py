@@ -39,7 +39,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence
 
-from ..columns import CATEGORIES, ColumnReader, ColumnReads, Convert, CorruptRow, Fetched
+from ..columns import CATEGORIES, TOOL_CALL_NAMES, ColumnReader, ColumnReads, Convert, CorruptRow, Fetched
 from . import tables as T
 from .sources import driver_errors, engine_for, persistence_of, read_error, where_of
 
@@ -71,6 +71,7 @@ class _Query:
     created: Any = None  # the creation time that since/until select by
     join: Any = None  # (table, on) needed for ``created``
     finish: Any = None  # chunk -> chunk: columns made from the read ones (before ``convert``)
+    finished: Optional[list[str]] = None  # the columns once ``finish`` made them (None: ``names``)
 
     @property
     def names(self) -> list[str]:
@@ -225,7 +226,7 @@ class SqlReader(ColumnReader):
             q.docs = [self._member("input", ("state", "input"), True), self._member("output", ("state", "output")),
                       self._member("error", ("state", "error")), self._member("metadata", ("state", "metadata"), True),
                       self._member("approval", ("approval",)), self._member("approval_detail", ("approval_detail",), True)]
-            q.finish = _approval_columns
+            q.finish, q.finished = _approval_columns, list(TOOL_CALL_NAMES)
             # ``type || ''`` keeps SQLite from walking ix_we0_parts_tool and looking rows up in
             # index order (random reads): a sequential scan is ~1.5x cheaper; a session filter
             # still uses the session index, and PostgreSQL plans it the same way
@@ -267,6 +268,7 @@ class SqlReader(ColumnReader):
         careful = careful or nul is None or any(d.sql is None for d in q.docs)
         cols = [e.label(n) for n, e in q.flat]
         for d in q.docs:
+            e: Any
             if d.extracted and careful:
                 e = sa.null()
             elif d.extracted and self.dialect == "postgresql":
@@ -302,7 +304,7 @@ class SqlReader(ColumnReader):
     def _fetch(self, q: _Query, stmt: Any, wanted: Optional[frozenset], convert: Optional[Convert],
                careful: bool) -> Fetched:
         """Run ``stmt``; each chunk of rows becomes columns (documents read where flagged), then ``convert``."""
-        out = Fetched(q.names)
+        out = Fetched(q.finished or q.names)
         with _gc_paused(), self._connection() as conn:
             try:
                 result = conn.execute(stmt)

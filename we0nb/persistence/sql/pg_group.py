@@ -136,6 +136,7 @@ class GroupCommit:
                 e.done.set_result(result)
 
     async def _alone(self, e: _Entry) -> None:
+        result: Any
         try:
             if isinstance(e, _Commit):
                 result = await self.conns.transaction(e.ops, e.guard)

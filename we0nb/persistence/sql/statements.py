@@ -124,12 +124,13 @@ def _constructs(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Optional[lis
     mid: Any = bindparam("mid")
     M, P, L, meta = S.messages, S.parts, S.leases, S.meta
     lease_is_ours = (L.c.session_id == sid) & (L.c.owner == bindparam("holder"))
+    has_table: Any
     if dialect == "sqlite":
         master = table("sqlite_master", column("type"), column("name"))
-        has_table: Any = select(literal_column("1")).where(master.c.type == literal_column("'table'"), master.c.name == bindparam("name"))
+        has_table = select(literal_column("1")).where(master.c.type == literal_column("'table'"), master.c.name == bindparam("name"))
     else:
         tables = table("tables", column("table_schema"), column("table_name"), schema="information_schema")
-        has_table: Any = select(literal_column("1")).where(tables.c.table_schema == func.current_schema(),
+        has_table = select(literal_column("1")).where(tables.c.table_schema == func.current_schema(),
                                                       tables.c.table_name == bindparam("name"))
     return {
         UPSERT_SESSION: (_upsert(insert, S.sessions, "id"), None),
