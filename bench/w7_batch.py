@@ -8,9 +8,9 @@ the commits, and any wait for the event loop), p50 / p99. Variants:
 
 * ``bare``: asyncio + ``Semaphore(100)`` sleeping the same 4 × 50 ms (the limit);
 * ``memory``, ``sqlite``, ``postgres``: ``agent.batch`` on that store (postgres needs
-  ``WE0NB_TEST_POSTGRES_URL`` or ``--pg URL``); ``sqlite`` writes on the loop's thread (the
-  default), ``sqlite-writer`` through SQLite's opt-in writer process
-  (``SqlPersistence(writer_process=True)``; its CPU is the ``+child`` column);
+  ``WE0NB_TEST_POSTGRES_URL`` or ``--pg URL``); ``sqlite-writer``: SQLite's writer process, for
+  the code before its removal (``SqlPersistence(writer_process=True)``; its CPU is the ``+child``
+  column; run with ``PYTHONPATH`` on an older checkout);
 * ``memory-invoke``, ``sqlite-invoke``, ``postgres-invoke``: the same items as plain
   ``agent.invoke`` calls under a Semaphore (the engine alone: what the batch adds is the difference);
 * ``postgres-3proc``: 3 processes calling ``agent.batch(prompts, name=same)`` on one
@@ -156,8 +156,10 @@ def make_store(kind: str, tmp: str, pg: Optional[str]) -> Any:
 
     if kind == "memory":
         return MemoryPersistence()
-    if kind in ("sqlite", "sqlite-writer"):
-        return SqlPersistence(f"sqlite:///{tmp}/w7-{uuid.uuid4().hex[:8]}.db", writer_process=kind == "sqlite-writer")
+    if kind == "sqlite":
+        return SqlPersistence(f"sqlite:///{tmp}/w7-{uuid.uuid4().hex[:8]}.db")
+    if kind == "sqlite-writer":  # (the code before its removal: PYTHONPATH=<an older checkout>)
+        return SqlPersistence(f"sqlite:///{tmp}/w7-{uuid.uuid4().hex[:8]}.db", writer_process=True)
     return SqlPersistence(pg, schema=_pg_schema(pg), engine_options=json.loads(os.environ.get("W7_PG_ENGINE", "{}")))
 
 

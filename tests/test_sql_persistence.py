@@ -522,6 +522,13 @@ def test_options_are_validated(tmp_path: Path) -> None:
         SqlPersistence(42)  # type: ignore[arg-type]
 
 
+def test_writer_process_is_accepted_with_a_deprecation_warning_and_changes_nothing(tmp_path: Path) -> None:
+    """SQLite's opt-in writer process was removed (W7 measured it slower): the argument still works."""
+    with pytest.warns(DeprecationWarning, match="writer_process"):
+        p = SqlPersistence(f"sqlite:///{tmp_path / 'x.db'}", writer_process=True)
+    assert isinstance(p._db, InlineSqlite)
+
+
 def test_urls_map_to_drivers(tmp_path: Path) -> None:
     assert SqlPersistence("sqlite+aiosqlite:///a/b.db").url == "sqlite:///a/b.db"
     assert SqlPersistence("sqlite:///a/b.db")._database.async_url.drivername == "sqlite+aiosqlite"

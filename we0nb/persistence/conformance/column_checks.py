@@ -37,7 +37,7 @@ async def _reading(h: Harness, read: Callable[[Any], T]) -> T:
 
 
 def _approvals(sid: str, message_id: str) -> list[ToolPart]:
-    mk = dict(session_id=sid, message_id=message_id)
+    mk: dict[str, Any] = dict(session_id=sid, message_id=message_id)
     return [
         ToolPart(id=new_id("prt"), call_id="ap1", tool="deploy", state=ToolStatePending(input={"env": "prod"}),
                  approval="requested", approval_detail=ToolApproval(requested=20.0, why="it deploys"), **mk),

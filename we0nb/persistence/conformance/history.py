@@ -34,7 +34,7 @@ def assistant(sid: str, parent: str, text: str = "ok", created: float = 4.0,
     a = AssistantMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=created, completed=created + 1),
                          parent_id=parent, model_id="m", finish_reason="stop", usage=Usage(input_tokens=3),
                          summary=summary)
-    mk = dict(session_id=sid, message_id=a.id)
+    mk: dict[str, Any] = dict(session_id=sid, message_id=a.id)
     parts: list[Part] = [StepStartPart(id=new_id("prt"), time=created, **mk)]
     if summary:
         parts.append(CompactionPart(id=new_id("prt"), summary=text, time=created + 0.5, **mk))
@@ -50,7 +50,7 @@ def history(sid: str) -> tuple[list[Any], list[Part]]:
                          parent_id=u.id, model_id="m-1", finish_reason="tool-calls",
                          usage=Usage(input_tokens=10, output_tokens=5, reasoning_tokens=2, cached_tokens=1),
                          error=MessageError(reason="R", message="why", metadata={"k": [1, 2]}))
-    mk = dict(session_id=sid, message_id=a.id)
+    mk: dict[str, Any] = dict(session_id=sid, message_id=a.id)
     parts: list[Part] = [
         ut,
         StepStartPart(id=new_id("prt"), time=11.0, **mk),
@@ -79,7 +79,7 @@ def nul_history(sid: str) -> tuple[Session, list[Any], list[Part]]:
     a = AssistantMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=4.0, completed=5.0),
                          parent_id=u.id, model_id="model" + NUL, finish_reason="stop" + NUL, usage=Usage(),
                          error=MessageError(reason="Reason" + NUL, message="failed: " + NUL, metadata={"k": NUL}))
-    mk = dict(session_id=sid, message_id=a.id)
+    mk: dict[str, Any] = dict(session_id=sid, message_id=a.id)
     parts: list[Part] = [
         ut,
         StepStartPart(id=new_id("prt"), time=4.0, **mk),

@@ -173,7 +173,7 @@ async def recent_history_is_the_transcripts_tail_and_the_views_before_it(h: Harn
 
 def _model_view(message: Any, parts: Any) -> list[Any]:
     """The message as a model sees it (what a run stores as its view): its text, as one turn."""
-    text = "".join(getattr(x, "text", None) or getattr(x, "summary", "") for x in parts)
+    text = "".join(str(getattr(x, "text", None) or getattr(x, "summary", "")) for x in parts)
     return [UserTurn(text) if message.role == "user" else AssistantTurn(text=text)]
 
 

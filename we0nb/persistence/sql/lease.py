@@ -6,8 +6,8 @@ is no longer alive is taken over at once, any other only after it expires. A hea
 renews it every ``lease_renew`` seconds — one task per store and event loop for all the
 leases held there (a batch holds a hundred at once) —; when a renewal finds another owner, the
 lease is marked lost (:meth:`~we0nb.persistence.base.Lease.mark_lost`). Every conditional
-commit renews it too, in its own transaction (:func:`renewal`), so a run that lost its
-lease writes nothing more.
+commit renews it too, in its own transaction (:meth:`SqlLeases.guard`, the commit's guard), so a
+run that lost its lease writes nothing more.
 """
 
 from __future__ import annotations
