@@ -1,4 +1,5 @@
-"""SqlPersistence: port conformance (same tests as MemoryPersistence), SQL specifics, clear errors.
+"""SqlPersistence: an agent's runs on every store, SQL specifics, clear errors. The port's own
+contract is the conformance suite's (test_store_conformance.py, we0nb.persistence.conformance).
 
 Backends: memory (the reference), SQLite inline (default), SQLite through aiosqlite
 (``inline_sqlite=False``), SQLite through an AsyncEngine passed in, PostgreSQL (psycopg 3,
@@ -108,7 +109,7 @@ def _dump(tr: Any) -> Any:
     return tr.model_dump(mode="json")
 
 
-# --------------------------------------------------------------------------- port conformance
+# --------------------------------------------------------------------------- runs on every store
 
 
 async def test_agent_run_persists_and_a_fresh_instance_sees_it(backend: Backend) -> None:

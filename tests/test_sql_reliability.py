@@ -1,5 +1,6 @@
 """SqlPersistence under adversity: lost leases, NUL and long ids, driver failures, corrupt
-session rows, a locked database. Each test here failed on the code before Core v2 (issue 13).
+session rows, a locked database. Each test here failed on the code before Core v2 (issue 13);
+the store-level rules of lost leases and NUL went into the conformance suite (we0nb.persistence.conformance).
 
 Backends as in test_sql_persistence: memory (the reference), SQLite inline, SQLite through
 aiosqlite, PostgreSQL (``WE0NB_TEST_POSTGRES_URL``, a throw-away schema per test).
