@@ -47,7 +47,7 @@ async def build(url: str, n_messages: int, views: bool = True) -> None:
 
     async def _final(p: SqlPersistence, info, parts) -> None:
         view = dump_view(convert(MessageWithParts.model_construct(info=info, parts=parts))) if views else None
-        await p.upsert_batch(info, parts, view=view)
+        await p.commit([(info, parts, view)])
 
     t = time.time()
     await p.upsert_session(Session(id=SESSION, title="w4", time=SessionTime(created=t, updated=t)))

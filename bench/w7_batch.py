@@ -1,4 +1,4 @@
-"""W7 of shared/BENCH.md: a batch of 2,000 prompts, concurrency 100, ideal 4 s.
+"""W7 of shared/BENCH.md: a batch of 2,000 prompts, concurrency 100, ideal 4 s (3 processes: 1.33 s).
 
 Each item: a fake model that sleeps 50 ms per call and calls one trivial tool in each of
 3 steps, then answers (4 model calls). Printed per variant: wall time, ratio to the ideal
@@ -8,9 +8,9 @@ the commits, and any wait for the event loop), p50 / p99. Variants:
 
 * ``bare``: asyncio + ``Semaphore(100)`` sleeping the same 4 × 50 ms (the limit);
 * ``memory``, ``sqlite``, ``postgres``: ``agent.batch`` on that store (postgres needs
-  ``WE0NB_TEST_POSTGRES_URL`` or ``--pg URL``); ``sqlite`` writes on the loop's thread (the
-  default), ``sqlite-writer`` through SQLite's opt-in writer process
-  (``SqlPersistence(writer_process=True)``; its CPU is the ``+child`` column);
+  ``WE0NB_TEST_POSTGRES_URL`` or ``--pg URL``); ``sqlite-writer``: SQLite's writer process, for
+  the code before its removal (``SqlPersistence(writer_process=True)``; its CPU is the ``+child``
+  column; run with ``PYTHONPATH`` on an older checkout);
 * ``memory-invoke``, ``sqlite-invoke``, ``postgres-invoke``: the same items as plain
   ``agent.invoke`` calls under a Semaphore (the engine alone: what the batch adds is the difference);
 * ``postgres-3proc``: 3 processes calling ``agent.batch(prompts, name=same)`` on one
@@ -18,7 +18,12 @@ the commits, and any wait for the event loop), p50 / p99. Variants:
 * ``pydantic-evals``: ``Dataset.evaluate(task, max_concurrency=100)`` of a pydantic-ai agent
   on a ``FunctionModel`` with the same sleep and tool, when pydantic-evals is installed.
 
-Usage: python bench/w7_batch.py [--items 2000] [--concurrency 100] [--runs 3] [--only memory,sqlite]
+Each variant's ratio is to its own ideal: ``postgres-3proc`` runs 3 × ``concurrency`` items at
+once, so its ideal is a third of one process's (1.33 s for the defaults). Before the timed
+runs, one warm-up batch per variant (``--warmup``, 200 items) loads the imports, compiles the
+statements and opens the databases, so the first timed run is not paying for them.
+
+Usage: python bench/w7_batch.py [--items 2000] [--concurrency 100] [--runs 5] [--only memory,sqlite]
 Nothing is asserted; run variants interleaved (``--runs``) on a busy machine.
 """
 
@@ -38,6 +43,8 @@ from typing import Any, Optional
 
 SLEEP = 0.05
 CALLS = 4
+#: processes sharing one batch in ``postgres-3proc``
+PROCS = 3
 
 
 # --------------------------------------------------------------------------- the workload
@@ -149,8 +156,10 @@ def make_store(kind: str, tmp: str, pg: Optional[str]) -> Any:
 
     if kind == "memory":
         return MemoryPersistence()
-    if kind in ("sqlite", "sqlite-writer"):
-        return SqlPersistence(f"sqlite:///{tmp}/w7-{uuid.uuid4().hex[:8]}.db", writer_process=kind == "sqlite-writer")
+    if kind == "sqlite":
+        return SqlPersistence(f"sqlite:///{tmp}/w7-{uuid.uuid4().hex[:8]}.db")
+    if kind == "sqlite-writer":  # (the code before its removal: PYTHONPATH=<an older checkout>)
+        return SqlPersistence(f"sqlite:///{tmp}/w7-{uuid.uuid4().hex[:8]}.db", writer_process=True)
     return SqlPersistence(pg, schema=_pg_schema(pg), engine_options=json.loads(os.environ.get("W7_PG_ENGINE", "{}")))
 
 
@@ -252,11 +261,70 @@ async def run_pydantic_evals(n: int, conc: int) -> Optional[dict[str, Any]]:
 # --------------------------------------------------------------------------- main
 
 
+def run_variant(v: str, n: int, conc: int, tmp: str, pg: Optional[str]) -> Optional[dict[str, Any]]:
+    """One run of variant ``v`` on ``n`` items (None: pydantic-evals is not installed)."""
+    if v == "bare":
+        return asyncio.run(run_bare(n, conc))
+    if v in ("memory", "sqlite", "sqlite-writer", "postgres"):
+        return asyncio.run(run_we0(make_store(v, tmp, pg), n, conc))
+    if v.endswith("-invoke"):
+        return asyncio.run(run_invoke(make_store(v[:-7], tmp, pg), n, conc))
+    if v == "postgres-3proc":
+        assert pg is not None
+        return run_processes(n, conc, pg, PROCS)
+    if v == "pydantic-evals":
+        return asyncio.run(run_pydantic_evals(n, conc))
+    raise SystemExit(f"unknown variant {v!r}")
+
+
+def ideal_of(v: str, n: int, conc: int) -> float:
+    """The variant's own ideal: items / concurrency × the calls' sleep (``PROCS`` × the
+    concurrency for the processes sharing one batch)."""
+    slots = conc * (PROCS if v.endswith("3proc") else 1)
+    return n / slots * CALLS * SLEEP
+
+
+def run_all(variants: list[str], a: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """A warm-up batch per variant, then ``a.runs`` rounds, the variants interleaved in each."""
+    results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            if a.warmup:
+                for v in list(variants):
+                    if run_variant(v, a.warmup, a.concurrency, tmp, a.pg) is None:
+                        print(f"{v} is not installed: skipped (pip install pydantic-evals)")
+                        variants.remove(v)
+                        results.pop(v)
+            for _ in range(a.runs):
+                for v in variants:
+                    r = run_variant(v, a.items, a.concurrency, tmp, a.pg)
+                    if r is not None:
+                        results[v].append(r)
+        finally:
+            if a.pg and any(v.startswith("postgres") for v in variants):
+                _drop_pg_schemas(a.pg)
+    return {v: rs for v, rs in results.items() if rs}
+
+
+def report(results: dict[str, list[dict[str, Any]]], n: int, conc: int) -> None:
+    print(f"{'variant':16} {'wall s':>7} {'ideal':>6} {'ratio':>6} {'CPU ms/item':>12} {'+child':>7} "
+          f"{'step p50 ms':>12} {'p99 ms':>8}   (median of runs)")
+    for v, rs in results.items():
+        med = lambda k: statistics.median(r[k] for r in rs)  # noqa: E731
+        ideal = ideal_of(v, n, conc)
+        walls = ", ".join(f"{r['wall']:.2f}" for r in rs)
+        extra = f"  items/process {rs[-1]['items_per_proc']}" if "items_per_proc" in rs[-1] else ""
+        kid = statistics.median(r.get("child_ms_item", 0.0) for r in rs)
+        print(f"{v:16} {med('wall'):7.2f} {ideal:6.2f} {med('wall') / ideal:5.2f}x {med('cpu_ms_item'):12.2f} "
+              f"{kid:7.2f} {med('p50'):12.2f} {med('p99'):8.2f}   walls: {walls}{extra}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--items", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=100)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=200, help="items of the warm-up batch per variant (0: none)")
     ap.add_argument("--only", default="bare,memory,sqlite,postgres,postgres-3proc,pydantic-evals")
     ap.add_argument("--pg", default=os.environ.get("WE0NB_TEST_POSTGRES_URL"))
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -265,49 +333,13 @@ def main() -> None:
     a = ap.parse_args()
     if a.child:
         return child(a)
-    n, conc = a.items, a.concurrency
-    ideal = n / conc * CALLS * SLEEP
     variants = [v for v in a.only.split(",") if v]
     if not a.pg:
         variants = [v for v in variants if not v.startswith("postgres")]
-    print(f"W7: {n} items x {CALLS} calls of {SLEEP * 1000:.0f} ms, concurrency {conc}, ideal {ideal:.2f} s; "
-          f"{a.runs} runs, interleaved")
-    results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            for _ in range(a.runs):
-                for v in variants:
-                    if v == "bare":
-                        r = asyncio.run(run_bare(n, conc))
-                    elif v in ("memory", "sqlite", "sqlite-writer", "postgres"):
-                        r = asyncio.run(run_we0(make_store(v, tmp, a.pg), n, conc))
-                    elif v.endswith("-invoke"):
-                        r = asyncio.run(run_invoke(make_store(v[:-7], tmp, a.pg), n, conc))
-                    elif v == "postgres-3proc":
-                        r = run_processes(n, conc, a.pg)
-                    elif v == "pydantic-evals":
-                        r = asyncio.run(run_pydantic_evals(n, conc))
-                        if r is None:
-                            print("pydantic-evals is not installed: skipped (pip install pydantic-evals)")
-                            variants.remove(v)
-                            results.pop(v)
-                            continue
-                    else:
-                        raise SystemExit(f"unknown variant {v!r}")
-                    results[v].append(r)
-        finally:
-            if a.pg and any(v.startswith("postgres") for v in variants):
-                _drop_pg_schemas(a.pg)
-    print(f"{'variant':16} {'wall s':>7} {'ratio':>6} {'CPU ms/item':>12} {'+child':>7} {'step p50 ms':>12} "
-          f"{'p99 ms':>8}   (median of runs)")
-    for v in variants:
-        rs = results[v]
-        med = lambda k: statistics.median(r[k] for r in rs)  # noqa: E731
-        walls = ", ".join(f"{r['wall']:.2f}" for r in rs)
-        extra = f"  items/process {rs[-1]['items_per_proc']}" if "items_per_proc" in rs[-1] else ""
-        kid = statistics.median(r.get("child_ms_item", 0.0) for r in rs)
-        print(f"{v:16} {med('wall'):7.2f} {med('wall') / ideal:5.2f}x {med('cpu_ms_item'):12.2f} {kid:7.2f} "
-              f"{med('p50'):12.2f} {med('p99'):8.2f}   walls: {walls}{extra}")
+    print(f"W7: {a.items} items x {CALLS} calls of {SLEEP * 1000:.0f} ms, concurrency {a.concurrency}, ideal "
+          f"{ideal_of('', a.items, a.concurrency):.2f} s ({PROCS} processes: "
+          f"{ideal_of('3proc', a.items, a.concurrency):.2f} s); warm-up {a.warmup} items, {a.runs} runs, interleaved")
+    report(run_all(variants, a), a.items, a.concurrency)
 
 
 if __name__ == "__main__":

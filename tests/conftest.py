@@ -3,24 +3,50 @@
 from __future__ import annotations
 
 import traceback
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from we0nb import MemoryPersistence
+from sql_support import SQL_STORES, Backend, backend_for
+
+# --------------------------------------------------------------------------- stores
+# One fixture per role, each parametrized by the test's module: ``store`` (a store) and ``backend``
+# (a :class:`sql_support.Backend`: stores on one database, and raw SQL on it) run on the module's
+# ``STORES`` (by default a MemoryPersistence and a SqlPersistence on a SQLite file); ``sql`` on its
+# ``SQL_STORES`` (by default every SQL store of sql_support); ``pg`` is PostgreSQL alone. A module
+# that defines a fixture of the same name keeps its own.
+
+#: the stores of ``store`` and ``backend`` unless the module names others (``STORES``)
+DEFAULT_STORES = ["memory", "sqlite"]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request, tmp_path):
-    """Each test runs on both a MemoryPersistence and a SqlPersistence on a SQLite file."""
-    if request.param == "memory":
-        yield MemoryPersistence()
-        return
-    from we0nb.persistence.sql import SqlPersistence
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    for name, attr, default in (("store", "STORES", DEFAULT_STORES), ("backend", "STORES", DEFAULT_STORES),
+                                ("sql", "SQL_STORES", SQL_STORES)):
+        if name in metafunc.fixturenames and not hasattr(metafunc.module, name):
+            metafunc.parametrize(name, getattr(metafunc.module, attr, default), indirect=True)
 
-    p = SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}")
-    yield p
-    await p.close()
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    yield from backend_for(request.param, tmp_path)
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    for b in backend_for(request.param, tmp_path):
+        yield b.fresh()
+
+
+@pytest.fixture
+def sql(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    yield from backend_for(request.param, tmp_path)
+
+
+@pytest.fixture
+def pg(tmp_path: Path) -> Iterator[Backend]:
+    yield from backend_for("postgres", tmp_path)
 
 
 # --------------------------------------------------------------------------- the blocking-call guard
@@ -37,7 +63,7 @@ GUARDED_MODULES = {
     "test_sql_persistence", "test_sql_reliability", "test_model_views",
     "test_engine_run", "test_engine_abort", "test_engine_resume", "test_engine_property", "test_step_commits",
     "test_compaction", "test_revert", "test_recovery_plan", "test_crash_matrix", "test_messages", "test_tools",
-    "test_build_request", "test_batch", "test_sqlite_writer",
+    "test_build_request", "test_batch", "test_store_conformance",
 }
 
 #: deliberate blocking calls: (file, functions, the blockbuster functions they may call, why)
@@ -50,6 +76,9 @@ ALLOWED = [
      "SQLAlchemy makes a SQLite file name absolute when an async engine is created (once per event loop)"),
     ("logging/__init__.py", {"emit", "flush"}, ("io.TextIOWrapper.write", "io.BufferedWriter.write"),
      "a logged warning goes to the handlers the application configured (a QueueHandler never blocks)"),
+    ("we0nb/persistence/conformance/harness.py", {"fresh"}, ("os.path.abspath",),
+     "the conformance harness makes a store with the test's factory: an AsyncEngine made there resolves its "
+     "SQLite file name (the test's own setup, as when a test makes it directly)"),
     ("we0nb/persistence/sql/lease.py", {"pid_alive"}, ("io.BufferedReader.read",),
      "reads /proc/<pid>/stat when taking over a lease: procfs is served from kernel memory, never a disk"),
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from sql_support import put
 from we0nb import tool
 from we0nb._ids import new_id
 from we0nb.messages import (
@@ -75,21 +76,21 @@ async def seed(p, sid: str, tools: list[tuple[str, Any]], *, completed: bool = F
     """A session whose last assistant message holds these tool parts; returns tool → part id."""
     await p.upsert_session(Session(id=sid, time=SessionTime(created=1.0, updated=1.0)))
     u = UserMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=1.0))
-    await p.upsert_message(u)
-    await p.upsert_part(TextPart(id=new_id("prt"), session_id=sid, message_id=u.id, text="do it",
+    await put(p, u)
+    await put(p, None, TextPart(id=new_id("prt"), session_id=sid, message_id=u.id, text="do it",
                                  time=PartTime(start=1.0, end=1.0)))
     a = AssistantMessage(id=new_id("msg"), session_id=sid, parent_id=u.id, error=error,
                          time=MessageTime(created=1.0, completed=2.0 if completed else None))
-    await p.upsert_message(a)
-    await p.upsert_part(StepStartPart(id=new_id("prt"), session_id=sid, message_id=a.id, time=1.0))
+    await put(p, a)
+    await put(p, None, StepStartPart(id=new_id("prt"), session_id=sid, message_id=a.id, time=1.0))
     if text:
-        await p.upsert_part(TextPart(id=new_id("prt"), session_id=sid, message_id=a.id, text=text,
+        await put(p, None, TextPart(id=new_id("prt"), session_id=sid, message_id=a.id, text=text,
                                      time=PartTime(start=1.0)))
     ids = {}
     for i, (name, st) in enumerate(tools):
         pid = new_id("prt")
         ids[f"{i}:{name}"] = pid
-        await p.upsert_part(ToolPart(id=pid, session_id=sid, message_id=a.id, call_id=f"call_{i}",
+        await put(p, None, ToolPart(id=pid, session_id=sid, message_id=a.id, call_id=f"call_{i}",
                                      tool=name, state=st))
     return ids
 

@@ -87,6 +87,14 @@ def sqlite_raw(path):
     return raw
 
 
+#: every store the port's tests run on (the conformance suite: tests/test_store_conformance.py)
+ALL_STORES = ["memory", "sqlite", "sqlite-aiosqlite", "sqlite-engine",
+              pytest.param("postgres", marks=pytest.mark.postgres),
+              pytest.param("postgres-sqlalchemy", marks=pytest.mark.postgres)]
+#: the SQL stores the tests of SQL behaviour run on by default (conftest's ``sql``)
+SQL_STORES = ["sqlite", "sqlite-aiosqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
 class Backend:
     """Makes persistences on one database; ``fresh()`` is a new instance on the same data."""
 
@@ -125,11 +133,16 @@ def backend_for(name: str, tmp_path: Path) -> Iterator[Backend]:
         from sqlalchemy.ext.asyncio import create_async_engine
 
         b = Backend(name, lambda: SqlPersistence(create_async_engine(f"sqlite+aiosqlite:///{db}")), sqlite_raw(db))
-    else:
+    elif name in ("postgres", "postgres-sqlalchemy"):
         if PG_URL is None:
             pytest.skip(PG_SKIP_REASON)
         schema = create_schema()
-        b = Backend(name, lambda: SqlPersistence(PG_URL, schema=schema), lambda sql: pg_execute(schema, sql))
+        # other engine_options than pool_size/max_overflow/connect_args: SQLAlchemy's asyncio engine
+        opts = {"pool_pre_ping": True} if name == "postgres-sqlalchemy" else None
+        b = Backend(name, lambda: SqlPersistence(PG_URL, schema=schema, engine_options=opts),
+                    lambda sql: pg_execute(schema, sql))
+    else:
+        raise ValueError(f"no backend {name!r}")
     try:
         yield b
     finally:
@@ -148,3 +161,9 @@ def user_write(sid: str, body: str) -> tuple[Any, Any]:
     u = UserMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=3.0))
     return u, TextPart(id=new_id("prt"), session_id=sid, message_id=u.id, text=body,
                        time=PartTime(start=3.0, end=3.0))
+
+
+async def put(p: Any, message: Any = None, *parts: Any, view: Optional[str] = None) -> None:
+    """Write ``message`` (or None) and ``parts`` in one commit of their own (no lease): what a test
+    stores directly, through the port's one write path."""
+    await p.commit([(message, parts, view)])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pandas  # noqa: F401  (imported here, not on the event loop under the blocking-call guard)
 import pytest
@@ -21,15 +21,8 @@ from we0nb.cli import main as cli_main  # (imported at collection, as test_cli d
 from we0nb.persistence.batches import BATCH_STATUSES, ItemEnd
 
 from batchkit import Ledger, make_agent
-from sql_support import backend_for
 
-BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(params=BACKENDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    for b in backend_for(request.param, tmp_path):
-        yield b.fresh()
+STORES = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 @pytest.fixture
@@ -374,44 +367,6 @@ def _set_event() -> asyncio.Event:
     return e
 
 
-async def test_claims_never_hand_out_one_item_twice(store) -> None:
-    from we0nb.persistence.batches import NewItem
-
-    items = [NewItem(prompt=f'["q{i}"]', session_id=f"s{i}") for i in range(50)]
-    await store.open_batch("c", items, session_ids_given=True, now=time.time())
-    t = time.time()
-    got = await asyncio.gather(*(store.claim_batch_items("c", f"h:1:w{k}", 7, now=t, expires=t + 60)
-                                 for k in range(10)))
-    claimed = [it.item for g in got for it in g]
-    assert all(len(g) <= 7 for g in got)
-    assert sorted(claimed) == list(range(50))
-    assert await store.claim_batch_items("c", "h:1:late", 5, now=t, expires=t + 60) == []
-    assert await store.renew_batch_claims("c", "h:1:w0", t + 120) == len(got[0])
-
-
-async def test_end_and_claim_records_the_end_and_claims_the_next(store) -> None:
-    """A slot turning over (one call: on SQLite one transaction, on PostgreSQL one round trip)."""
-    from we0nb.persistence.batches import NewItem
-
-    await store.open_batch("turn", [NewItem(prompt=f'["q{i}"]', session_id=f"t{i}") for i in range(4)],
-                           session_ids_given=True, now=time.time())
-    t = time.time()
-    (first,) = await store.claim_batch_items("turn", "h:1:w", 1, now=t, expires=t + 60)
-    ended, nxt = await store.end_and_claim("turn", first.item, "h:1:w", ItemEnd(status="stop", finished=t, attempts=1,
-                                           text="done"), claim=1, now=t, expires=t + 60)
-    assert ended and [it.item for it in nxt] == [1] and nxt[0].status == "running" and nxt[0].owner == "h:1:w"
-    # an end this worker no longer holds is not written; the claim still is
-    ended, nxt = await store.end_and_claim("turn", first.item, "h:1:w", ItemEnd(status="failed"), claim=2,
-                                           now=t, expires=t + 60)
-    assert not ended and [it.item for it in nxt] == [2, 3]
-    ended, nxt = await store.end_and_claim("turn", 1, "h:1:w", ItemEnd(status="stop", finished=t, attempts=1),
-                                           claim=0, now=t, expires=t + 60)
-    assert ended and nxt == []
-    by_item = {it.item: it for it in await store.batch_items("turn")}
-    assert [by_item[i].status for i in range(4)] == ["stop", "stop", "running", "running"]
-    assert by_item[0].text == "done"
-
-
 async def test_frames_and_list_batches(store, ledger) -> None:
     agent = make_agent(store, ledger, fail=lambda p: p == "p2")
     await agent.batch(prompts(4), name="one", progress=False)
@@ -557,7 +512,7 @@ def test_a_schema_5_database_gains_the_claim_index_in_item_order(tmp_path) -> No
     import sqlite3
 
     from we0nb.persistence.sql import tables as S
-    from we0nb.persistence.sql.statements import statements
+    from we0nb.persistence.sql import statements as q
 
     db = tmp_path / "v5.db"
 
@@ -583,7 +538,7 @@ def test_a_schema_5_database_gains_the_claim_index_in_item_order(tmp_path) -> No
             str(S.SCHEMA_VERSION),)
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert "ix_we0_batch_items_next" in names and "ix_we0_batch_items_claim" not in names
-        plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + statements("sqlite")["batch_claim"], {
+        plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + q.compiled("sqlite")[q.BATCH_CLAIM], {
             "b": "b", "owner": "o", "host": "h", "pid": 1, "n": 1, "now": 1.0, "expires": 2.0}))
         assert "ix_we0_batch_items_next" in plan and "TEMP B-TREE" not in plan, plan
     finally:

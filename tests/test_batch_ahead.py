@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -20,16 +20,12 @@ from we0nb.engine.run import Run, RunOptions
 from we0nb.persistence.batches import NewItem
 
 from batchkit import Ledger, make_agent
-from sql_support import backend_for
 
 OWNER = "h:1:wrk_ahead"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """Stores whose commits wait: the ones a worker takes items ahead on."""
-    for b in backend_for(request.param, tmp_path):
-        yield b.fresh()
+#: stores whose commits wait: the ones a worker takes items ahead on
+STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 def agent_on(store: Any, tmp_path: Path, **kw: Any) -> Any:

@@ -199,11 +199,11 @@ class _CommitThatHangs(MemoryPersistence):
         self.trigger = trigger
         self.hanging = asyncio.Event()
 
-    async def commit(self, writes, *, lease=None):
+    async def commit(self, writes, *, lease=None, session=None):
         if not self.hanging.is_set() and any(self.trigger(p) for _m, parts, _v in writes for p in parts):
             self.hanging.set()
             await asyncio.Event().wait()  # until cancelled: this commit never reaches the store
-        await super().commit(writes, lease=lease)
+        await super().commit(writes, lease=lease, session=session)
 
 
 async def _cancel_when_hanging(agent, store):

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 from sqlalchemy.engine import make_url
 
+from sql_support import put
 from we0nb import MemoryPersistence, ScriptedModel, We0Agent, text, tool, tool_call, user_message
 from we0nb.testing import reasoning, usage
 from we0nb.messages import (
@@ -53,14 +54,14 @@ def _manual_session(p: MemoryPersistence) -> None:
         sid = "ses_e_manual"
         await p.upsert_session(Session(id=sid, title="old one", time=SessionTime(created=OLD, updated=OLD + 9)))
         u = UserMessage(id="msg_0000000000001", session_id=sid, time=MessageTime(created=OLD + 1))
-        await p.upsert_message(u)
-        await p.upsert_part(TextPart(id="prt_0000000000001", session_id=sid, message_id=u.id, text="résume",
+        await put(p, u)
+        await put(p, None, TextPart(id="prt_0000000000001", session_id=sid, message_id=u.id, text="résume",
                                      time=PartTime(start=OLD + 1, end=OLD + 1)))
         a = AssistantMessage(id="msg_0000000000002", session_id=sid, parent_id=u.id, model_id="scripted",
                              time=MessageTime(created=OLD + 2, completed=OLD + 5.5), summary=True,
                              finish_reason="stop", usage=Usage(input_tokens=7, output_tokens=3))
-        await p.upsert_message(a)
-        await p.upsert_parts([
+        await put(p, a)
+        await put(p, None, *[
             StepStartPart(id="prt_0000000000002", session_id=sid, message_id=a.id, time=OLD + 2),
             CompactionPart(id="prt_0000000000003", session_id=sid, message_id=a.id, summary="Résumé: 3 ✓",
                            time=OLD + 5),
@@ -150,9 +151,9 @@ async def copy_history(src, dst) -> None:
         await dst.upsert_session(s)
         t = await src.load_transcript(s.id)
         for m in t.messages:
-            await dst.upsert_message(m.info)
+            await put(dst, m.info)
             if m.parts:
-                await dst.upsert_parts(m.parts)
+                await put(dst, None, *m.parts)
 
 
 # --------------------------------------------------------------------------- backends
@@ -601,8 +602,8 @@ def test_rows_sorted_by_code_point_on_every_backend(empty_backend):
             t = OLD + i
             await src.upsert_session(Session(id=sid, title=sid, time=SessionTime(created=t, updated=t)))
             u = UserMessage(id=f"msg_{i:04d}", session_id=sid, time=MessageTime(created=t))
-            await src.upsert_message(u)
-            await src.upsert_part(TextPart(id=f"prt_{i:04d}", session_id=sid, message_id=u.id, text=sid))
+            await put(src, u)
+            await put(src, None, TextPart(id=f"prt_{i:04d}", session_id=sid, message_id=u.id, text=sid))
         await copy_history(src, empty_backend) if empty_backend is not src else None
 
     asyncio.run(fill())
@@ -725,8 +726,8 @@ def _states_session(p) -> None:
     async def go():
         await p.upsert_session(Session(id=sid, title="states", time=SessionTime(created=t, updated=t)))
         a = AssistantMessage(id="msg_s1", session_id=sid, parent_id="msg_s0", model_id="m", time=MessageTime(created=t))
-        await p.upsert_message(a)
-        await p.upsert_parts([ToolPart(id=f"prt_s{i}", session_id=sid, message_id=a.id, call_id=f"c{i}", tool=name,
+        await put(p, a)
+        await put(p, None, *[ToolPart(id=f"prt_s{i}", session_id=sid, message_id=a.id, call_id=f"c{i}", tool=name,
                                        state=st) for i, (name, st) in enumerate(states.items())])
 
     asyncio.run(go())
@@ -775,14 +776,14 @@ def _nul_history() -> MemoryPersistence:
     async def go():
         await p.upsert_session(Session(id=sid, title=NUL["title"], time=SessionTime(created=t, updated=t + 5)))
         u = UserMessage(id="msg_n0", session_id=sid, time=MessageTime(created=t))
-        await p.upsert_message(u)
-        await p.upsert_part(TextPart(id="prt_n0", session_id=sid, message_id=u.id, text=NUL["user"]))
+        await put(p, u)
+        await put(p, None, TextPart(id="prt_n0", session_id=sid, message_id=u.id, text=NUL["user"]))
         a = AssistantMessage(id="msg_n1", session_id=sid, parent_id=u.id, model_id="m", summary=True,
                              time=MessageTime(created=t + 1, completed=t + 4),
                              error=MessageError(reason="ModelError", message=NUL["error"]))
-        await p.upsert_message(a)
+        await put(p, a)
         tt = ToolTime(start=t + 2, end=t + 3)
-        await p.upsert_parts([
+        await put(p, None, *[
             ReasoningPart(id="prt_n1", session_id=sid, message_id=a.id, text=NUL["reasoning"]),
             TextPart(id="prt_n2", session_id=sid, message_id=a.id, text=NUL["text"]),
             ToolPart(id="prt_n3", session_id=sid, message_id=a.id, call_id="c1", tool="look",

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from sql_support import backend_for, sqlite_raw
+from sql_support import backend_for, put, sqlite_raw
 from we0nb import (
     MemoryPersistence, ScriptedModel, SqlPersistence, TextPart, We0Agent, reasoning, text, tool, tool_call, usage,
     user_message,
@@ -162,10 +162,10 @@ async def test_writing_a_part_or_the_message_again_drops_its_view(db) -> None:
     assert _views(raw, "s")[first_answer.info.id] is not None
     text_part = first_answer.parts[1]
     text_part.text = "edited behind the engine's back"
-    await p.upsert_part(text_part)  # a part of a final message rewritten: its view goes
+    await put(p, None, text_part)  # a part of a final message rewritten: its view goes
     views = _views(raw, "s")
     assert views[first_answer.info.id] is None and views[first_user.info.id] is not None
-    await p.upsert_message(first_user.info)  # the message rewritten without a view: gone too
+    await put(p, first_user.info)  # the message rewritten without a view: gone too
     assert _views(raw, "s")[first_user.info.id] is None
     # a cold start now loads those messages as objects: the edit reaches the model
     recent = await _assert_cold_start_equal(make(), "s")
@@ -223,7 +223,7 @@ async def test_schema_version_1_is_upgraded_in_place_and_still_loads(db) -> None
     await _assert_views_exact(q, raw, "s")
     # the trigger is back too
     tr = await q.load_transcript("s")
-    await q.upsert_part(tr.messages[-1].parts[-1])
+    await put(q, None, tr.messages[-1].parts[-1])
     assert _views(raw, "s")[tr.messages[-1].info.id] is None
     await _assert_long_session_ids_work(q, raw, name)
     await q.close()
@@ -377,6 +377,6 @@ async def test_schema_version_4_on_postgresql_gets_the_static_part_trigger(pg_ba
     assert _views(b.raw, "s")[answer.info.id] is not None
     part = next(x for x in answer.parts if isinstance(x, TextPart))
     part.text = "edited"
-    await q.upsert_part(part)  # the static trigger still drops the view
+    await put(q, None, part)  # the static trigger still drops the view
     assert _views(b.raw, "s")[answer.info.id] is None
     await q.close()

@@ -8,26 +8,21 @@ must write what the same commits one by one would have written.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from sql_support import Backend, backend_for, user_write
+from sql_support import Backend, user_write
 from we0nb import PersistenceError, Session, SqlPersistence
 from we0nb._ids import new_id
 from we0nb.errors import LeaseLostError
 from we0nb.messages import SessionTime
 from we0nb.persistence.sql import pg_group
+from we0nb.persistence.sql import statements as q
 from we0nb.persistence.sql.engine import AsyncEngines
 from we0nb.persistence.sql.pg import PgConnections
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def pg(tmp_path: Path) -> Iterator[Backend]:
-    yield from backend_for("postgres", tmp_path)
 
 
 @pytest.fixture
@@ -167,7 +162,7 @@ async def test_a_cancelled_statement_never_puts_its_connection_back(pg: Backend)
     await p.list_sessions()  # the pool holds one idle connection
     db = p._db
     pool = await db.pool()
-    task = asyncio.ensure_future(db.fetchall("has_table", {"name": "we0_meta"}))
+    task = asyncio.ensure_future(db.fetchall(q.HAS_TABLE, {"name": "we0_meta"}))
     await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -294,7 +289,7 @@ async def test_single_statements_of_many_runs_go_together_and_answer_as_alone(pg
     together = pg_group.GroupCommit._together
 
     async def recording(self: Any, group: list) -> list:
-        kinds.append([e.key for e in group if isinstance(e, pg_group._Statement)])
+        kinds.append([e.stmt.name for e in group if isinstance(e, pg_group._Statement)])
         return await together(self, group)
 
     monkeypatch.setattr(pg_group.GroupCommit, "_together", recording)
@@ -329,7 +324,7 @@ def test_a_loops_connections_are_closed_on_that_loop_when_asyncio_run_ends(pg: B
 async def test_making_the_schema_leaves_no_idle_connection_of_the_synchronous_engine(pg: Backend) -> None:
     p = pg.fresh()
     await p.list_sessions()  # the first use makes the schema through sync_engine()
-    assert p._sync_engine is not None and p._sync_engine.pool.checkedin() == 0
+    assert p._database._sync_engine is not None and p._database._sync_engine.pool.checkedin() == 0
     import pandas  # noqa: F401  (the frames still read through it: it reconnects)
 
     from we0nb.notebook import sessions_df

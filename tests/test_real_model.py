@@ -50,11 +50,7 @@ async def model(server):
     await m.aclose()  # the HTTP client belongs to this test's event loop
 
 
-@pytest.fixture
-async def store(tmp_path):
-    p = SqlPersistence(f"sqlite:///{tmp_path / 'real.db'}")
-    yield p
-    await p.close()
+STORES = ["sqlite"]
 
 
 def deltas(events: list[dict]) -> str:

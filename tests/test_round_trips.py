@@ -10,27 +10,17 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from batchkit import Ledger, make_agent
-from sql_support import Backend, backend_for
+from sql_support import Backend
 from we0nb import FunctionModel, SessionBusyError, We0Agent, text, user_message
-from we0nb.persistence.sql import lease as leases
 from we0nb.persistence.sql import pg_group
+from we0nb.persistence.sql import statements as q
 
-SQL = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(params=SQL)
-def sql(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    yield from backend_for(request.param, tmp_path)
-
-
-@pytest.fixture
-def pg(tmp_path: Path) -> Iterator[Backend]:
-    yield from backend_for("postgres", tmp_path)
+SQL_STORES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 @pytest.fixture
@@ -40,7 +30,7 @@ def sends(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     send = pg_group.GroupCommit._send
 
     async def recording(self: Any, group: list) -> None:
-        out.append([e.key if isinstance(e, pg_group._Statement) else "commit" for e in group])
+        out.append([e.stmt.name if isinstance(e, pg_group._Statement) else "commit" for e in group])
         await send(self, group)
 
     monkeypatch.setattr(pg_group.GroupCommit, "_send", recording)
@@ -73,14 +63,24 @@ async def test_a_lease_taken_over_reads_the_session_again_once_held(sql: Backend
     sql.raw("INSERT INTO we0_leases (session_id, owner, host, pid, run_id, expires) "
             "VALUES ('ses_t', 'elsewhere:1:run_x', 'elsewhere', 1, 'run_x', 1)")
     reads: list[str] = []
-    get = store._db.fetchall
+    get, run = store._db.fetchall, store._db.run
 
-    async def counting(key: str, params: dict) -> list:
-        if key == "get_session":
+    def seen(stmt: Any) -> None:  # the lease's holder when the session is read
+        if stmt is q.GET_SESSION:
             reads.append(sql.raw("SELECT owner FROM we0_leases WHERE session_id = 'ses_t'")[0][0])
-        return await get(key, params)
+
+    async def counting(stmt: Any, params: dict) -> list:
+        seen(stmt)
+        return await get(stmt, params)
+
+    async def counting_run(calls: list) -> list:  # (sent with the lease's insert: read after it)
+        out = await run(calls)
+        for stmt, _, _ in calls:
+            seen(stmt)
+        return out
 
     monkeypatch.setattr(store._db, "fetchall", counting)
+    monkeypatch.setattr(store._db, "run", counting_run)
     lease, session = await store.lease_and_session("ses_t", "run_mine")
     try:
         assert session is not None and session.id == "ses_t"
@@ -108,7 +108,7 @@ async def test_a_session_that_cannot_be_read_gives_its_lease_back(sql: Backend) 
     with pytest.raises(Exception, match="ses_c"):
         await _agent(store).invoke(session_id="ses_c", messages=[user_message("two")])
     assert sql.raw("SELECT count(*) FROM we0_leases") == [(0,)]
-    assert leases.held_here(store) == 0
+    assert store._leases.held_here() == 0
 
 
 @pytest.mark.postgres
@@ -130,7 +130,7 @@ async def test_no_lease_is_left_once_a_batch_returns(sql: Backend, tmp_path: Pat
     batch = await agent.batch([f"p{i}" for i in range(12)], concurrency=4, progress=False)
     assert batch.counts == {"stop": 12}
     assert sql.raw("SELECT count(*) FROM we0_leases") == [(0,)]
-    assert leases.held_here(store) == 0
+    assert store._leases.held_here() == 0
     # and the next batch call on the same sessions (a continuation) is not refused
     again = await agent.batch([f"p{i}" for i in range(12)], name=batch.name, progress=False)
     assert again.counts == {"stop": 12}
@@ -145,11 +145,11 @@ async def test_a_lease_release_that_fails_is_logged_and_the_batch_goes_on(sql: B
     execute = store._db.execute
     failed: list[str] = []
 
-    async def flaky(key: str, params: dict) -> int:
-        if key == "lease_release" and not failed:
+    async def flaky(stmt: Any, params: dict) -> int:
+        if stmt is q.LEASE_RELEASE and not failed:
             failed.append(params["sid"])
             raise PersistenceError("the database went away (on purpose)")
-        return await execute(key, params)
+        return await execute(stmt, params)
 
     monkeypatch.setattr(store._db, "execute", flaky)
     agent = make_agent(store, Ledger(tmp_path / "ledger.jsonl"), steps=1)
@@ -159,7 +159,7 @@ async def test_a_lease_release_that_fails_is_logged_and_the_batch_goes_on(sql: B
     assert "could not release the lease" in caplog.text and "went away" in caplog.text
     # its lease row is left to expire (this process's own runs take it over at once)
     assert sql.raw("SELECT session_id FROM we0_leases") == [(failed[0],)]
-    assert leases.held_here(store) == 0  # (no longer renewed)
+    assert store._leases.held_here() == 0  # (no longer renewed)
     await asyncio.wait_for(_agent(store).invoke(session_id=failed[0], mode="resume"), 10)
 
 
@@ -182,7 +182,7 @@ async def test_a_claim_and_an_end_read_a_handful_of_rows_of_a_large_batch_withou
 
     from sql_support import PG_URL, _libpq
     from we0nb.persistence.batches import ItemEnd, NewItem
-    from we0nb.persistence.sql.statements import statements
+    from we0nb.persistence.sql.statements import BATCH_CLAIM, BATCH_END, compiled
 
     store = pg.fresh()
     n = 3000
@@ -196,12 +196,12 @@ async def test_a_claim_and_an_end_read_a_handful_of_rows_of_a_large_batch_withou
     assert [it.item for it in running] == list(range(n // 2, n // 2 + 5))
     pg.raw("DELETE FROM pg_statistic WHERE starelid = 'we0_batch_items'::regclass")  # (none, as in a new schema)
 
-    sql = statements("postgresql")
+    sql = compiled("postgresql")
     claim = {"b": "big", "owner": "h:1:w2", "host": "h", "pid": 1, "n": 1, "now": t, "expires": t + 60}
     end = {"b": "big", "holder": "h:1:w", "item": running[0].item, "run_time": 0.1, "status": "stop",
            "queued": False, "expires": 0.0, "attempts": 1, "started": t, "finished": t, "text": None, "output": None,
            "error": None, "steps": 1, "tool_calls": 0, "input_tokens": 0, "output_tokens": 0}
-    for key, params in (("batch_claim", claim), ("batch_end", end)):
+    for key, params in ((BATCH_CLAIM, claim), (BATCH_END, end)):
         with psycopg.connect(_libpq(PG_URL)) as conn:
             conn.execute(f'SET search_path TO "{store.schema}"')
             (plan,), = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql[key], params).fetchone()

@@ -1,4 +1,5 @@
-"""SqlPersistence: port conformance (same tests as MemoryPersistence), SQL specifics, clear errors.
+"""SqlPersistence: an agent's runs on every store, SQL specifics, clear errors. The port's own
+contract is the conformance suite's (test_store_conformance.py, we0nb.persistence.conformance).
 
 Backends: memory (the reference), SQLite inline (default), SQLite through aiosqlite
 (``inline_sqlite=False``), SQLite through an AsyncEngine passed in, PostgreSQL (psycopg 3,
@@ -13,12 +14,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import text as sql_text
 
-from sql_support import PG_URL, Backend, backend_for, pg_execute, pg_schema  # noqa: F401
+from sql_support import PG_URL, Backend, backend_for, pg_execute, pg_schema, put  # noqa: F401
 from we0nb import (
     AssistantMessage,
     CompactionPart,
@@ -47,25 +48,16 @@ from we0nb import (
     user_message,
 )
 from we0nb._ids import new_id
-from we0nb.messages import MessageError, MessageTime, PartTime, SessionRevert, SessionTime, ToolTime
+from we0nb.messages import MessageError, MessageTime, PartTime, SessionTime, ToolTime
 from we0nb.persistence.sql import tables as S
+from we0nb.persistence.sql.inline import InlineSqlite
 
 
 # --------------------------------------------------------------------------- backends
 
 
-BACKENDS = [
-    "memory",
-    "sqlite",
-    "sqlite-aiosqlite",
-    "sqlite-engine",
-    pytest.param("postgres", marks=pytest.mark.postgres),
-]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    yield from backend_for(request.param, tmp_path)
+STORES = ["memory", "sqlite", "sqlite-aiosqlite", "sqlite-engine", pytest.param("postgres", marks=pytest.mark.postgres)]
+SQL_STORES = STORES[1:]
 
 
 # --------------------------------------------------------------------------- fixtures of data
@@ -107,9 +99,9 @@ async def _write(p: Any, sid: str) -> tuple[list[Any], list[Any]]:
     await p.upsert_session(_session(sid))
     msgs, parts = _history(sid)
     for m in msgs:
-        await p.upsert_message(m)
-    await p.upsert_part(parts[0])
-    await p.upsert_parts(parts[1:])
+        await put(p, m)
+    await put(p, None, parts[0])
+    await put(p, None, *parts[1:])
     return msgs, parts
 
 
@@ -117,89 +109,7 @@ def _dump(tr: Any) -> Any:
     return tr.model_dump(mode="json")
 
 
-# --------------------------------------------------------------------------- port conformance
-
-
-async def test_sessions_round_trip(backend: Backend) -> None:
-    p = backend.fresh()
-    assert await p.get_session("ses_missing") is None
-    s1, s2 = _session(new_id("ses"), "first"), _session(new_id("ses"), "second")
-    await p.upsert_session(s2)
-    await p.upsert_session(s1)
-    s1b = s1.model_copy(update={"title": "renamed", "revert": SessionRevert(message_id="msg_x", time=3.0)})
-    await p.upsert_session(s1b)
-    q = backend.fresh()
-    assert await q.get_session(s1.id) == s1b
-    assert [s.id for s in await q.list_sessions()] == sorted([s1.id, s2.id])
-
-
-async def test_transcript_round_trips_exactly_in_creation_order(backend: Backend) -> None:
-    p = backend.fresh()
-    sid = new_id("ses")
-    msgs, parts = await _write(p, sid)
-    tr = await backend.fresh().load_transcript(sid)
-    assert tr.session == _session(sid)
-    assert [m.info for m in tr.messages] == msgs
-    assert tr.messages[0].parts == parts[:1]
-    assert tr.messages[1].parts == parts[1:]
-    for m in tr.messages:
-        for part in m.parts:
-            assert type(part).model_validate_json(part.model_dump_json()) == part
-
-
-async def test_upsert_replaces_the_row(backend: Backend) -> None:
-    p = backend.fresh()
-    sid = new_id("ses")
-    msgs, parts = await _write(p, sid)
-    tp = parts[4]
-    for state in (ToolStateRunning(input={"p": "x"}, time=ToolTime(start=20.0)),
-                  ToolStateCompleted(input={"p": "x"}, output="done", time=ToolTime(start=20.0, end=21.0))):
-        tp = tp.model_copy(update={"state": state})
-        await p.upsert_part(tp)
-    a = msgs[1].model_copy(update={"finish_reason": "stop"})
-    await p.upsert_message(a)
-    tr = await backend.fresh().load_transcript(sid)
-    assert tr.messages[1].info == a
-    got = [x for x in tr.messages[1].parts if x.id == tp.id]
-    assert got == [tp]
-    assert len(tr.messages[1].parts) == len(parts) - 1
-
-
-async def test_missing_session_loads_empty(backend: Backend) -> None:
-    tr = await backend.fresh().load_transcript("ses_nope")
-    assert tr.session is None and tr.messages == []
-
-
-async def test_sessions_are_separate_and_delete_messages_removes_parts(backend: Backend) -> None:
-    p = backend.fresh()
-    s1, s2 = new_id("ses"), new_id("ses")
-    m1, _ = await _write(p, s1)
-    m2, parts2 = await _write(p, s2)
-    await p.delete_messages(s1, [m1[1].id])
-    await p.delete_messages(s1, [])
-    q = backend.fresh()
-    tr1 = await q.load_transcript(s1)
-    assert [m.info.id for m in tr1.messages] == [m1[0].id]
-    tr2 = await q.load_transcript(s2)
-    assert [m.info.id for m in tr2.messages] == [m.id for m in m2]
-    assert sum(len(m.parts) for m in tr2.messages) == len(parts2)
-    if backend.raw is not None:  # the parts are gone for good, not just hidden
-        assert backend.raw(f"SELECT count(*) FROM we0_parts WHERE message_id = '{m1[1].id}'")[0][0] == 0
-
-
-async def test_lease_is_exclusive_until_released(backend: Backend) -> None:
-    p, q = backend.fresh(), backend.fresh()
-    sid = new_id("ses")
-    lease = await p.acquire_lease(sid, "run_a")
-    with pytest.raises(SessionBusyError) as err:
-        await q.acquire_lease(sid, "run_b")
-    assert err.value.session_id == sid and "run_a" in str(err.value)
-    other = await q.acquire_lease(new_id("ses"), "run_c")  # other sessions are free
-    await lease.release()
-    await lease.release()  # idempotent
-    again = await q.acquire_lease(sid, "run_b")
-    await again.release()
-    await other.release()
+# --------------------------------------------------------------------------- runs on every store
 
 
 async def test_agent_run_persists_and_a_fresh_instance_sees_it(backend: Backend) -> None:
@@ -254,13 +164,6 @@ async def test_abort_then_resume_in_a_new_instance(backend: Backend) -> None:
 
 
 # --------------------------------------------------------------------------- SQL specifics
-
-SQL_BACKENDS = [b for b in BACKENDS if b != "memory"]
-
-
-@pytest.fixture(params=SQL_BACKENDS)
-def sql(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    yield from backend_for(request.param, tmp_path)
 
 
 async def test_flattened_columns(sql: Backend) -> None:
@@ -449,7 +352,7 @@ async def test_lease_is_renewed_while_the_run_goes_on(sql: Backend) -> None:
     with pytest.raises(SessionBusyError):
         await other.acquire_lease(sid, "run_other")
     await lease.release()
-    assert not p._heartbeats and not lease.lost
+    assert not p._leases.heartbeats and not lease.lost
     assert sql.raw(f"SELECT count(*) FROM we0_leases WHERE session_id = '{sid}'")[0][0] == 0
 
 
@@ -461,7 +364,7 @@ async def test_the_leases_of_one_store_share_one_heartbeat_task(sql: Backend) ->
     before = len(asyncio.all_tasks())
     sids = [new_id("ses") for _ in range(3)]
     leases = [await p.acquire_lease(sid, f"run_{i}") for i, sid in enumerate(sids)]
-    assert len(asyncio.all_tasks()) == before + 1 and len(p._heartbeats) == 1
+    assert len(asyncio.all_tasks()) == before + 1 and len(p._leases.heartbeats) == 1
 
     def expires() -> list[float]:
         return [sql.raw(f"SELECT expires FROM we0_leases WHERE session_id = '{sid}'")[0][0]  # type: ignore[misc]
@@ -474,10 +377,10 @@ async def test_the_leases_of_one_store_share_one_heartbeat_task(sql: Backend) ->
             break
     assert all(b > a for a, b in zip(first, expires()))
     await leases[0].release()
-    assert len(p._heartbeats) == 1  # two left
+    assert len(p._leases.heartbeats) == 1  # two left
     for lease in leases[1:]:
         await lease.release()
-    assert not p._heartbeats
+    assert not p._leases.heartbeats
     for _ in range(100):  # (the cancelled task, and any renewal it had under way, end)
         if len(asyncio.all_tasks()) == before:
             break
@@ -491,25 +394,25 @@ async def test_a_renewal_on_the_way_when_its_lease_is_released_is_not_a_loss(
     """A batch releases leases while the heartbeat renews them all at once: a renewal that then
     finds no row lost nothing (no warning, the lease not marked lost); a row gone while the lease
     is still held is a loss."""
-    from we0nb.persistence.sql import lease as leases
+    from we0nb.persistence.sql import statements as q
 
     p = sql.fresh()
     p.lease_ttl, p.lease_renew = 600.0, 500.0  # no tick of the heartbeat itself during the test
     done, kept = await p.acquire_lease(new_id("ses"), "run_done"), await p.acquire_lease(new_id("ses"), "run_kept")
-    held = p._heartbeats[asyncio.get_running_loop()].leases
+    held = p._leases.heartbeats[asyncio.get_running_loop()].leases
     execute = p._db.execute
 
-    async def released_on_the_way(key: str, params: dict[str, Any]) -> int:
-        if key == "lease_renew" and params["sid"] == done.session_id:
+    async def released_on_the_way(stmt: Any, params: dict[str, Any]) -> int:
+        if stmt is q.LEASE_RENEW and params["sid"] == done.session_id:
             await done.release()  # the run ends while the renewal of its lease is on the way
-        return await execute(key, params)
+        return await execute(stmt, params)
 
     p._db.execute = released_on_the_way
     with caplog.at_level("WARNING", logger="we0nb.persistence.sql"):
-        assert await leases._renew(p, done, held) is False
+        assert await p._leases.renew(done, held) is False
         assert not done.lost and "taken over" not in caplog.text
-        await execute("lease_release", {"sid": kept.session_id, "holder": kept.owner})  # not by its run
-        assert await leases._renew(p, kept, held) is False
+        await execute(q.LEASE_RELEASE, {"sid": kept.session_id, "holder": kept.owner})  # not by its run
+        assert await p._leases.renew(kept, held) is False
     assert kept.lost and "taken over by nobody" in caplog.text
     await kept.release()
 
@@ -522,12 +425,12 @@ async def test_every_write_is_committed_at_once(sql: Backend) -> None:
     await p.upsert_session(_session(sid))
     assert sql.raw(f"SELECT count(*) FROM we0_sessions WHERE id = '{sid}'")[0][0] == 1
     msgs, parts = _history(sid)
-    await p.upsert_message(msgs[1])
+    await put(p, msgs[1])
     assert sql.raw(f"SELECT completed FROM we0_messages WHERE id = '{msgs[1].id}'")[0][0] == 19.0
     tp = parts[5]  # a running tool part: the write-ahead record
-    await p.upsert_part(tp)
+    await put(p, None, tp)
     assert sql.raw(f"SELECT status FROM we0_parts WHERE id = '{tp.id}'")[0][0] == "running"
-    await p.upsert_parts(parts[6:9])
+    await put(p, None, *parts[6:9])
     assert sql.raw(f"SELECT count(*) FROM we0_parts WHERE session_id = '{sid}'")[0][0] == 4
 
 
@@ -538,16 +441,16 @@ async def test_sqlite_wal_synchronous_and_busy_timeout(tmp_path: Path) -> None:
     db = tmp_path / "tuned.db"
     p = SqlPersistence(f"sqlite:///{db}", synchronous="FULL", busy_timeout=2.5)
     await p.upsert_session(_session("ses_1"))
-    conn = p._inline.conn  # type: ignore[union-attr]
+    conn = p._db.conn  # type: ignore[attr-defined]
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     # the inline connection never waits on the event loop: a locked database is retried with an
     # async back-off for up to busy_timeout (test_sql_reliability checks the behaviour)
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 0
-    assert p._inline.busy_timeout == 2.5  # type: ignore[union-attr]
+    assert p._db.busy_timeout == 2.5  # type: ignore[attr-defined]
     q = SqlPersistence(f"sqlite:///{db}")
     await q.list_sessions()
-    assert q._inline.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # type: ignore[union-attr]
+    assert q._db.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # type: ignore[attr-defined]
 
     def frames_busy_timeout() -> int:  # the frames' engine (off the loop) gets the configured wait
         with q.sync_engine().connect() as c:
@@ -563,13 +466,13 @@ async def test_wal_checkpoints_run_off_the_loop_and_close_stops_them(tmp_path: P
     p = SqlPersistence(f"sqlite:///{db}")
     sid = new_id("ses")
     await p.upsert_session(_session(sid))
-    inline = p._inline
-    assert inline is not None
+    inline = p._db
+    assert isinstance(inline, InlineSqlite)
     assert inline.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0  # type: ignore[union-attr]
     msgs, parts = _history(sid)
-    await p.upsert_message(msgs[1])
+    await put(p, msgs[1])
     for i in range(inline.CHECKPOINT_EVERY + 10):
-        await p.upsert_part(parts[1].model_copy(update={"id": new_id("prt")}))
+        await put(p, None, parts[1].model_copy(update={"id": new_id("prt")}))
     thread = inline.ckpt_thread
     assert thread is not None and thread.is_alive()
     await p.close()
@@ -620,9 +523,16 @@ def test_options_are_validated(tmp_path: Path) -> None:
         SqlPersistence(42)  # type: ignore[arg-type]
 
 
+def test_writer_process_is_accepted_with_a_deprecation_warning_and_changes_nothing(tmp_path: Path) -> None:
+    """SQLite's opt-in writer process was removed (W7 measured it slower): the argument still works."""
+    with pytest.warns(DeprecationWarning, match="writer_process"):
+        p = SqlPersistence(f"sqlite:///{tmp_path / 'x.db'}", writer_process=True)
+    assert isinstance(p._db, InlineSqlite)
+
+
 def test_urls_map_to_drivers(tmp_path: Path) -> None:
     assert SqlPersistence("sqlite+aiosqlite:///a/b.db").url == "sqlite:///a/b.db"
-    assert SqlPersistence("sqlite:///a/b.db")._async_url.drivername == "sqlite+aiosqlite"
+    assert SqlPersistence("sqlite:///a/b.db")._database.async_url.drivername == "sqlite+aiosqlite"
     pg = SqlPersistence("postgresql://u:pw@h:5/db", schema="s1")
     assert pg.url == "postgresql+psycopg://u:pw@h:5/db" and pg.schema == "s1"
     assert "pw" not in repr(pg)

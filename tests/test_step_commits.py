@@ -156,20 +156,3 @@ async def test_the_session_row_goes_with_the_runs_first_and_last_commits() -> No
     assert p.alone == 0 and p.with_commit[-1] and not any(p.with_commit[:-1])  # (it exists: only its end time)
     later = (await agent.transcript("s")).session
     assert later.time.created == first.time.created and later.time.updated > first.time.updated
-
-
-class OlderPort(MemoryPersistence):
-    """A store written before ``commit(..., session=)``: its override takes no such argument."""
-
-    async def commit(self, writes, *, lease=None):
-        await super().commit(writes, lease=lease)
-
-
-async def test_a_store_whose_commit_takes_no_session_still_gets_the_session_row() -> None:
-    p = OlderPort()
-    agent = We0Agent(ScriptedModel([[text("a")], [text("b")]]), persistence=p)
-    await agent.invoke(session_id="s", messages=[user_message("go")])
-    first = (await agent.transcript("s")).session
-    assert first is not None and first.title == "go"
-    await agent.invoke(session_id="s", messages=[user_message("more")])
-    assert (await agent.transcript("s")).session.time.updated > first.time.updated

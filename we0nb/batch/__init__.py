@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 
 from .._ids import now
 from ..engine.request import check_session_id
+from ..persistence.batches import BatchQueue, batch_queue
 from .progress import make_progress
 from .prompts import batch_items, new_batch_name
 from .result import BatchResult
@@ -33,9 +34,9 @@ async def run_batch(agent: Any, prompts: Any, *, name: Optional[str] = None, con
     _check(concurrency, abort, max_failures)
     new = batch_items(prompts, session_ids)
     name = new_batch_name() if name is None else check_session_id(name, "batch(name=...)")
-    store = agent.persistence
+    store = batch_queue(agent.persistence)
     await store.open_batch(name, new, session_ids_given=session_ids is not None, now=now())
-    await _requeue(agent, name, retry_failed)
+    await _requeue(agent, store, name, retry_failed)
     stop = asyncio.Event()  # the runs' abort: set by the caller's abort, or by max_failures
     relay = asyncio.ensure_future(_relay(abort, stop)) if abort is not None else None
     if abort is not None and abort.is_set():
@@ -58,17 +59,16 @@ async def _relay(abort: asyncio.Event, stop: asyncio.Event) -> None:
     stop.set()
 
 
-async def _requeue(agent: Any, name: str, retry_failed: bool) -> None:
+async def _requeue(agent: Any, store: BatchQueue, name: str, retry_failed: bool) -> None:
     """Queue again what this call should run beyond the unfinished items: the failed ones with
     ``retry_failed``, and the approval items whose calls have all been decided."""
-    store = agent.persistence
     again = []
     for it in await store.batch_items(name):
         if it.queued or it.status == "running":
             continue
         if it.status == "failed" and retry_failed:
             again.append(it.item)
-        elif it.status == "approval" and not (await store.load_transcript(it.session_id)).pending_approvals:
+        elif it.status == "approval" and not (await agent.persistence.load_transcript(it.session_id)).pending_approvals:
             again.append(it.item)
     if again:
         await store.requeue_batch_items(name, again)

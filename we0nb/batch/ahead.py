@@ -23,7 +23,7 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Callable, Optional
 
-from ..persistence.batches import BatchItem
+from ..persistence.batches import BatchItem, BatchQueue
 from .item import give_back, reserve
 
 __all__ = ["Ahead", "ahead_size"]
@@ -75,7 +75,7 @@ class Ahead:
         finally:
             self.filling = None
 
-    async def give_back_all(self, store: Any, name: str, owner: str) -> None:
+    async def give_back_all(self, store: BatchQueue, name: str, owner: str) -> None:
         """Give back every item still here (after the refill under way, if any)."""
         if self.filling is not None:
             await asyncio.wait([self.filling])

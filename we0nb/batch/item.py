@@ -26,7 +26,7 @@ from ..engine.request import RunRequest
 from ..engine.run import Run, RunOptions
 from ..messages import AssistantMessage, Session, Transcript
 from ..persistence.base import Lease
-from ..persistence.batches import BatchItem, ItemEnd
+from ..persistence.batches import BatchItem, BatchQueue, ItemEnd
 from .prompts import prompt_messages
 
 __all__ = ["ItemOutcome", "Ready", "prepare", "reserve", "give_back", "run_item", "released", "RATE_LIMITED"]
@@ -104,7 +104,7 @@ async def reserve(agent: Any, it: BatchItem, stop: asyncio.Event) -> "Ready | Ba
     return ready
 
 
-async def give_back(store: Any, name: str, owner: str, taken: "Ready | BatchItem") -> None:
+async def give_back(store: BatchQueue, name: str, owner: str, taken: "Ready | BatchItem") -> None:
     """Give back an item claimed ahead that no run started: its lease, and the claim itself
     (the item is as before, its attempt returned)."""
     it = taken.item if isinstance(taken, Ready) else taken

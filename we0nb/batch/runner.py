@@ -21,7 +21,7 @@ from typing import Any, Callable, Coroutine, Optional
 
 from .._ids import new_id, now
 from ..persistence.base import lease_owner
-from ..persistence.batches import BatchItem
+from ..persistence.batches import BatchItem, BatchQueue, batch_queue
 from .ahead import Ahead, ahead_size
 from .item import ItemOutcome, Ready, released, run_item
 
@@ -45,7 +45,8 @@ class Worker:
 
     def __init__(self, agent: Any, name: str, *, concurrency: int, stop: asyncio.Event,
                  max_failures: Optional[int], own_sessions: bool, progress: Any):
-        self.agent, self.store, self.name = agent, agent.persistence, name
+        self.agent, self.name = agent, name
+        self.store: BatchQueue = batch_queue(agent.persistence)
         self.concurrency = concurrency
         self.stop = stop
         self.max_failures = max_failures
@@ -61,7 +62,7 @@ class Worker:
         self.stopped: Optional[str] = None  # "aborted" | "max_failures"
         self.backoff = 0.0
         self.paused_until = 0.0
-        self.ahead = Ahead(agent, stop, ahead_size(concurrency, self.store.commit_waits),
+        self.ahead = Ahead(agent, stop, ahead_size(concurrency, agent.persistence.commit_waits),
                            lambda n: self._claim_items(n, counted=False))
 
     async def run(self) -> Optional[str]:
@@ -167,7 +168,7 @@ class Worker:
         one that answers at once (:attr:`~we0nb.persistence.base.Persistence.commit_waits`) an
         item's last writes take no time, and it runs in this task."""
         it = taken.item if isinstance(taken, Ready) else taken
-        if not self.store.commit_waits:
+        if not self.agent.persistence.commit_waits:
             outcome = await self._run(taken)
             return await self._record(it, outcome, claim=self._goes_on_after(outcome))
         turned = asyncio.get_running_loop().create_future()

@@ -47,7 +47,7 @@ from .._ids import now
 from ..errors import CompactionError, ContextWindowExceeded, ModelError
 from ..messages import AssistantMessage, CompactionPart, MessageTime, MessageWithParts, Usage, snapshot
 from ..models.base import AssistantTurn, FinishEvent, ModelMessage, ModelRequest, TextDelta, ToolResult, UserTurn
-from ..persistence.base import Batch
+from ..persistence.base import Write
 from .abort import Aborted
 from .events import Event
 from .history import SUMMARY_PREFIX
@@ -292,7 +292,7 @@ class Compactor:
                               summary=text, time=t)
         done = MessageWithParts.model_construct(info=summary, parts=[part])
         tail = self._tail() if mid_turn else None
-        writes: list[Batch] = [(summary, [part], state.writer.view_of(done))]
+        writes: list[Write] = [(summary, [part], state.writer.view_of(done))]
         if tail is not None:
             writes.append((tail.info, tail.parts, state.writer.view_of(tail)))
         # one durability point: a crash keeps all of it or none (then resume compacts again)

@@ -34,14 +34,12 @@ abort or the failure.
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 from typing import Any, Optional, Sequence, Union
 
 from .._ids import now
 from ..messages import MessageWithParts, Part, PartTime, ReasoningPart, Session, TextPart
 from ..models.view import dump_view
-from ..persistence.base import Batch, Lease, MessageInfo, Persistence
+from ..persistence.base import Lease, MessageInfo, Persistence, Write
 from .events import Event
 from .history import convert
 
@@ -72,12 +70,11 @@ class Writer:
         self._held: list[tuple[Optional[MessageInfo], tuple[Part, ...], Optional[MessageWithParts]]] = []
         self._held_events: list[Event] = []
         #: the writes of a commit that failed or was cancelled: they go first with the next one
-        self._unsent: list[Batch] = []
+        self._unsent: list[Write] = []
         #: the session's row, held for the next commit (a new session; the run's end time)
         self._session: Optional[Session] = None
-        self._session_in_commit = _takes_session(type(persistence))
         #: commits :meth:`write_soon` made that have not landed yet (the first is being sent)
-        self._soon: list[tuple[list[Batch], Optional[Session]]] = []
+        self._soon: list[tuple[list[Write], Optional[Session]]] = []
         #: the task sending ``_soon``, until it has been waited for (:meth:`settle`)
         self._pending: Optional["asyncio.Future[None]"] = None
 
@@ -92,7 +89,7 @@ class Writer:
         self.dirty[part.id] = part
 
     async def write(self, message: Optional[MessageInfo], *parts: Part,
-                    final: Optional[MessageWithParts] = None, then: Sequence[Batch] = ()) -> None:
+                    final: Optional[MessageWithParts] = None, then: Sequence[Write] = ()) -> None:
         """One commit: what a failed commit left and the held writes first, then ``message`` with
         ``parts`` and every dirty part (after the commits still under way: :meth:`settle`).
 
@@ -163,7 +160,7 @@ class Writer:
             raise
 
     def _collect(self, message: Optional[MessageInfo], parts: Sequence[Part], final: Optional[MessageWithParts],
-                 then: Sequence[Batch]) -> tuple[list[Batch], Optional[Session]]:
+                 then: Sequence[Write]) -> tuple[list[Write], Optional[Session]]:
         """A commit's writes, in order: what failed before, the held writes, ``message`` with the
         dirty parts and ``parts``, ``then``; and the session's row when one is held."""
         dirty = self.dirty
@@ -183,7 +180,7 @@ class Writer:
         session, self._session = self._session, None
         return writes, session
 
-    def _keep(self, entries: Sequence[tuple[list[Batch], Optional[Session]]]) -> None:
+    def _keep(self, entries: Sequence[tuple[list[Write], Optional[Session]]]) -> None:
         """Commits that did not land: their writes go first, in order, with the next commit (live
         objects: written as they are by then) — unless the run lost its lease. Kept writes were
         made before any already kept (a write collects only once the commits under way are done
@@ -195,15 +192,8 @@ class Writer:
         if self._session is None:
             self._session = next((s for _, s in reversed(entries) if s is not None), None)
 
-    async def _commit(self, writes: list[Batch], session: Optional[Session]) -> None:
-        if session is None:
-            await self.p.commit(writes, lease=self.lease)
-        elif self._session_in_commit:
-            await self.p.commit(writes, lease=self.lease, session=session)
-        else:  # a store whose commit predates ``session=``: the row first, on its own
-            await self.p.upsert_session(session)
-            if writes:
-                await self.p.commit(writes, lease=self.lease)
+    async def _commit(self, writes: list[Write], session: Optional[Session]) -> None:
+        await self.p.commit(writes, lease=self.lease, session=session)
 
     def hold_session(self, session: Session) -> None:
         """Write the session's row with the next commit (the run holds its lease: no other writer)."""
@@ -305,10 +295,3 @@ class Writer:
         """The run lost its lease: nothing more may be written."""
         return self.lease is not None and self.lease.lost
 
-
-@functools.lru_cache(maxsize=None)
-def _takes_session(cls: type) -> bool:
-    """Whether ``cls.commit`` takes ``session=`` (every store of this package does; a store
-    written against the older port may override ``commit`` without it)."""
-    params = inspect.signature(cls.commit).parameters.values()
-    return any(p.name == "session" or p.kind is p.VAR_KEYWORD for p in params)

@@ -1,8 +1,23 @@
-"""The persistence port: what the engine needs from a store, and nothing of the loop.
+"""The persistence port: what the engine needs from a store, as small capabilities.
 
-Every method is async. Writes are upserts keyed by id, so the engine can write the same
-part again as it progresses (pending → running → completed). The engine holds a session
-lease for the whole run, so within a run it is the only writer of that session.
+A store is the sum of the capabilities it has, each a :class:`~typing.Protocol` (a store may
+subclass it, or just have its methods):
+
+* :class:`SessionStore` — sessions and transcripts: read and write sessions, :meth:`~SessionStore.commit`
+  a run's writes (the engine's only write path during a run), load a transcript or its recent part,
+  delete messages (a revert cleared);
+* :class:`LeaseStore` — the session lease: one run per session at a time, across processes;
+* :class:`~we0nb.persistence.batches.BatchQueue` — the batch queue that ``agent.batch()`` claims items from;
+* :class:`~we0nb.persistence.columns.ColumnReads` — the frames' column reads, in bulk.
+
+:class:`Persistence` is what a run needs — sessions and transcripts plus the lease — and what
+``We0Agent(persistence=...)`` takes. :class:`~we0nb.MemoryPersistence` and
+:class:`~we0nb.SqlPersistence` have all four; :mod:`we0nb.persistence.conformance` checks a store
+against the ones it has.
+
+Every method is async. Writes are upserts keyed by id, so the engine can write the same part
+again as it progresses (pending → running → completed). The engine holds a session lease for
+the whole run, so within a run it is the only writer of that session.
 """
 
 from __future__ import annotations
@@ -12,18 +27,18 @@ import asyncio
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
+from typing import Optional, Protocol, Sequence, Union, runtime_checkable
 
 from ..errors import LeaseLostError
 from ..messages import AssistantMessage, MessageWithParts, Part, Session, Transcript, UserMessage
 from ..models.base import ModelMessage
-from .batches import BatchInfo, BatchItem, ItemEnd, NewItem
 
-__all__ = ["Persistence", "Lease", "lease_owner", "RecentHistory", "recent_start", "Batch"]
+__all__ = ["SessionStore", "LeaseStore", "Persistence", "Lease", "lease_owner", "RecentHistory", "recent_start",
+           "Write", "MessageInfo"]
 
 MessageInfo = Union[UserMessage, AssistantMessage]
-#: one write of :meth:`Persistence.upsert_batch`: (message or None, parts, model view or None)
-Batch = tuple[Optional[MessageInfo], Sequence[Part], Optional[str]]
+#: one write of a commit: (message or None, parts, the message's model view or None); see :meth:`SessionStore.commit`
+Write = tuple[Optional[MessageInfo], Sequence[Part], Optional[str]]
 
 
 def lease_owner(run_id: str) -> str:
@@ -43,7 +58,7 @@ class Lease:
     session_id: str
     run_id: str
     owner: str
-    persistence: "Persistence" = field(repr=False)
+    persistence: "LeaseStore" = field(repr=False)
     released: bool = False
     lost: bool = False
     taken_by: Optional[str] = None
@@ -119,10 +134,11 @@ def recent_start(roles: Sequence[str], summary: Sequence[bool], has_view: Sequen
     return s, k
 
 
-class Persistence(abc.ABC):
-    """Where sessions, messages and parts live. Implementations: memory, SQL."""
+@runtime_checkable
+class SessionStore(Protocol):
+    """Sessions and transcripts: what a run reads and writes of its session's history."""
 
-    #: whether the store keeps model views (``upsert_batch(..., view=)``); the engine makes
+    #: whether the store keeps model views (the ``view`` of a :data:`Write`); the engine makes
     #: them only for such a store
     keeps_views: bool = False
     #: whether a commit waits on something (a server's answer, a pass of the event loop): a
@@ -130,69 +146,35 @@ class Persistence(abc.ABC):
     #: :meth:`we0nb.engine.writer.Writer.write_soon`); a store that answers at once gains nothing
     commit_waits: bool = False
 
-    # ---- sessions
     @abc.abstractmethod
-    async def get_session(self, session_id: str) -> Optional[Session]: ...
-
-    @abc.abstractmethod
-    async def upsert_session(self, session: Session) -> None: ...
+    async def get_session(self, session_id: str) -> Optional[Session]:
+        """The session as stored, or None."""
 
     @abc.abstractmethod
-    async def list_sessions(self) -> list[Session]: ...
-
-    # ---- messages and parts
-    @abc.abstractmethod
-    async def upsert_message(self, message: MessageInfo) -> None: ...
+    async def upsert_session(self, session: Session) -> None:
+        """Write the session's row (insert or replace)."""
 
     @abc.abstractmethod
-    async def upsert_part(self, part: Part) -> None: ...
+    async def list_sessions(self) -> list[Session]:
+        """Every session, by id."""
 
-    async def upsert_parts(self, parts: Sequence[Part]) -> None:
-        """Write several parts at once (one transaction where the backend has them)."""
-        await self.upsert_batch(None, parts)
-
-    async def upsert_batch(self, message: Optional[MessageInfo], parts: Sequence[Part], *,
-                           view: Optional[str] = None, before: Optional[Batch] = None) -> None:
-        """Write a message and parts together — one transaction where the backend has them.
-
-        The loop uses it where several writes belong to one durability point (a step's
-        start, a step's end), so a crash keeps all of them or none. ``view`` is given with
-        a message's final write (stores with :attr:`keeps_views` only): the message as the
-        model sees it (:func:`we0nb.models.view.dump_view`), kept until the message or one
-        of its parts is written again. ``before``: another ``(message, parts, view)`` written
-        first, in the same transaction (a step's end with the next step's start).
-        """
-        writes: list[Batch] = [] if before is None else [before]
-        writes.append((message, parts, view))
-        await self.commit(writes)
-
-    async def commit(self, writes: Sequence[Batch], *, lease: Optional[Lease] = None,
+    @abc.abstractmethod
+    async def commit(self, writes: Sequence[Write], *, lease: Optional[Lease] = None,
                      session: Optional[Session] = None) -> None:
-        """Write every ``(message, parts, view)`` of ``writes``, in order, in one transaction.
+        """Write every ``(message, parts, view)`` of ``writes``, in order, as one transaction.
 
-        This is the engine's only write path during a run: each call is one durability
-        point. ``view`` is given with a message's final write (stores with
-        :attr:`keeps_views` only). With ``lease``, the write is conditional on the lease: the
-        transaction first checks (and renews) that ``lease.owner`` still holds the session;
-        if another run took it over, nothing is written, ``lease`` is marked lost and
-        :class:`~we0nb.LeaseLostError` is raised. ``session``: the session's row, written
-        first in the same transaction (a new session with its first messages, the time a run
-        ended with its last ones). The default here writes one row at a time (a store without
-        transactions); real stores override it.
+        This is the engine's only write path during a run: each call is one durability point —
+        all of it is written, or (an error, a lost lease) none of it. Within ``writes`` a later
+        write of a row replaces an earlier one. ``view`` is given with a message's final write
+        (stores with :attr:`keeps_views` only): the message as the model sees it
+        (:func:`we0nb.models.view.dump_view`), kept until the message or one of its parts is
+        written again. With ``lease``, the write is conditional on the lease: the transaction
+        first checks (and renews) that ``lease.owner`` still holds the session; if another run
+        took it over, nothing is written, ``lease`` is marked lost and
+        :class:`~we0nb.LeaseLostError` is raised. ``session``: the session's row, written first
+        in the same transaction (a new session with its first messages, the time a run ended
+        with its last ones).
         """
-        if lease is not None:
-            await self.check_lease(lease)
-        if session is not None:
-            await self.upsert_session(session)
-        for message, parts, _view in writes:
-            if message is not None:
-                await self.upsert_message(message)
-            for p in parts:
-                await self.upsert_part(p)
-
-    async def check_lease(self, lease: Lease) -> None:
-        """Raise :class:`~we0nb.LeaseLostError` (marking ``lease`` lost) unless it is still held."""
-        lease.check()
 
     @abc.abstractmethod
     async def load_transcript(self, session_id: str) -> Transcript:
@@ -207,86 +189,47 @@ class Persistence(abc.ABC):
     async def delete_messages(self, session_id: str, message_ids: Sequence[str]) -> None:
         """Delete these messages and their parts for good (used when a revert is cleared)."""
 
-    # ---- the session lease
+    async def flush(self) -> None:
+        """Make every write so far durable (a no-op where writes are already durable)."""
+
+    async def close(self) -> None:
+        """Release connections. The object may be used again afterwards (it reopens)."""
+
+
+@runtime_checkable
+class LeaseStore(Protocol):
+    """The session lease: one run per session at a time, also across processes sharing a database."""
+
     @abc.abstractmethod
     async def acquire_lease(self, session_id: str, run_id: str) -> Lease:
         """Take the session's lease or raise :class:`~we0nb.SessionBusyError`."""
 
     @abc.abstractmethod
-    async def release_lease(self, lease: Lease) -> None: ...
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the lease back; a lease another run holds now (``lease`` was lost) is left alone."""
 
+    @abc.abstractmethod
     async def lease_and_session(self, session_id: str, run_id: str) -> tuple[Lease, Optional[Session]]:
         """What a run starts from: the session's lease, then the session as stored once the lease
-        is held (None: there is none). A store that can send both at once overrides it."""
+        is held (None: there is none)."""
+
+    @abc.abstractmethod
+    async def check_lease(self, lease: Lease) -> None:
+        """Raise :class:`~we0nb.LeaseLostError` (marking ``lease`` lost) unless it is still held."""
+
+
+class Persistence(SessionStore, LeaseStore):
+    """What a run needs of a store: sessions and transcripts, and the session lease.
+
+    ``We0Agent(persistence=...)`` takes an instance. Implementations: :class:`~we0nb.MemoryPersistence`,
+    :class:`~we0nb.SqlPersistence` (both also keep batches and read columns for the frames).
+    """
+
+    async def lease_and_session(self, session_id: str, run_id: str) -> tuple[Lease, Optional[Session]]:
+        """The lease, then the session (a store that can send both at once overrides it)."""
         lease = await self.acquire_lease(session_id, run_id)
         try:
             return lease, await self.get_session(session_id)
         except BaseException:
             await lease.release()
             raise
-
-    # ---- batches (see :mod:`we0nb.persistence.batches`; the runner is :mod:`we0nb.batch`)
-    async def open_batch(self, name: str, items: Sequence[NewItem], *, session_ids_given: bool,
-                         now: float) -> BatchInfo:
-        """Create the batch ``name`` with ``items``, or load it when it exists (one transaction).
-
-        An existing batch must hold the same prompts (and the same session ids when
-        ``session_ids_given``): else ValueError naming the batch and the first item that differs.
-        """
-        raise self._no_batches()
-
-    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float,
-                                expires: float) -> list[BatchItem]:
-        """Claim up to ``n`` claimable items (queued, claim expired), in item order: each becomes
-        ``running``, held by ``owner`` (``host:pid:worker``, see :func:`lease_owner`) until
-        ``expires``, its ``attempts`` counted. Two claimers
-        never get the same item (one statement: an atomic UPDATE; PostgreSQL skips locked rows)."""
-        raise self._no_batches()
-
-    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> int:
-        """Push the expiry of every item ``owner`` holds to ``expires``; returns how many it holds."""
-        raise self._no_batches()
-
-    async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
-        """Record the end of ``owner``'s run of ``item``; False (and nothing written) when
-        ``owner`` no longer holds it (its claim lapsed and another worker took it)."""
-        raise self._no_batches()
-
-    async def end_and_claim(self, name: str, item: int, owner: str, end: ItemEnd, *, claim: int, now: float,
-                            expires: float) -> tuple[bool, list[BatchItem]]:
-        """A worker's slot turning over: :meth:`end_batch_item`, then :meth:`claim_batch_items`
-        of up to ``claim`` items (none for 0). A store that can send both at once overrides it."""
-        ended = await self.end_batch_item(name, item, owner, end)
-        items = await self.claim_batch_items(name, owner, claim, now=now, expires=expires) if claim else []
-        return ended, items
-
-    async def requeue_batch_items(self, name: str, items: Sequence[int]) -> int:
-        """Queue ended items to run again (failed ones for a retry, decided approvals); running
-        items are left alone. Returns how many were queued."""
-        raise self._no_batches()
-
-    async def free_dead_claims(self, name: str, live: Sequence[str]) -> int:
-        """Make claimable at once the items held by a worker whose process is gone (same host,
-        PID not alive; or this PID and an owner not in ``live``). Returns how many."""
-        return 0
-
-    async def batch_items(self, name: str) -> list[BatchItem]:
-        """Every item of the batch, in item order (empty when there is no such batch)."""
-        raise self._no_batches()
-
-    async def list_batches(self, name: Optional[str] = None) -> list[BatchInfo]:
-        """Every batch (or only ``name``), by name, with its counts by status."""
-        raise self._no_batches()
-
-    def _no_batches(self) -> NotImplementedError:
-        return NotImplementedError(
-            f"{type(self).__name__} does not keep batches; use MemoryPersistence or SqlPersistence "
-            "(or implement the batch methods of the Persistence port)."
-        )
-
-    # ---- lifecycle
-    async def flush(self) -> None:
-        """Make every write so far durable (a no-op where writes are already durable)."""
-
-    async def close(self) -> None:
-        """Release connections. The object may be used again afterwards (it reopens)."""

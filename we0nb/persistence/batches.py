@@ -7,16 +7,20 @@ and an ``expires`` time the owner keeps renewing) and then *ended* with its outc
 item is claimable when it is ``queued`` (someone should run it) and its claim has expired
 (``expires < now``): never claimed, given up, or held by a worker that stopped renewing.
 Every write that ends or renews a claim is conditional on the owner still holding it.
+
+:class:`BatchQueue` is the capability a store has when it keeps batches; the batch runner
+(:mod:`we0nb.batch`) uses a store through it alone.
 """
 
 from __future__ import annotations
 
+import abc
 import hashlib
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional, Protocol, Sequence, runtime_checkable
 
-__all__ = ["BATCH_STATUSES", "ENDED", "BatchItem", "BatchInfo", "ItemEnd", "NewItem", "fingerprint",
-           "check_same_prompts"]
+__all__ = ["BATCH_STATUSES", "ENDED", "BatchItem", "BatchInfo", "ItemEnd", "NewItem", "BatchQueue", "batch_queue",
+           "fingerprint", "check_same_prompts"]
 
 #: every status an item can have (``pending``: never started; ``running``: claimed by a worker)
 BATCH_STATUSES = ("pending", "running", "stop", "compact", "approval", "failed", "aborted")
@@ -61,7 +65,7 @@ class BatchItem:
 
 @dataclass
 class ItemEnd:
-    """How one run of an item ended, written by :meth:`Persistence.end_batch_item`.
+    """How one run of an item ended, written by :meth:`BatchQueue.end_batch_item`.
 
     ``status`` is the item's new status; ``queued`` whether it should run again (an
     aborted or rate-limited item: yes); ``not_before`` keeps it unclaimable until then
@@ -96,6 +100,75 @@ class BatchInfo:
     fingerprint: str
     counts: dict[str, int] = field(default_factory=dict)
     unfinished: int = 0
+
+
+@runtime_checkable
+class BatchQueue(Protocol):
+    """The batch queue: named batches of items that workers (in any process on the store) claim,
+    renew, end and requeue. Every method is async; every write that ends or renews a claim is
+    conditional on its owner still holding it."""
+
+    @abc.abstractmethod
+    async def open_batch(self, name: str, items: Sequence[NewItem], *, session_ids_given: bool,
+                         now: float) -> BatchInfo:
+        """Create the batch ``name`` with ``items``, or load it when it exists (one transaction).
+
+        An existing batch must hold the same prompts (and the same session ids when
+        ``session_ids_given``): else ValueError naming the batch and the first item that differs.
+        """
+
+    @abc.abstractmethod
+    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float,
+                                expires: float) -> list[BatchItem]:
+        """Claim up to ``n`` claimable items (queued, claim expired), in item order: each becomes
+        ``running``, held by ``owner`` (``host:pid:worker``, see :func:`~we0nb.persistence.base.lease_owner`)
+        until ``expires``, its ``attempts`` counted. Two claimers never get the same item."""
+
+    @abc.abstractmethod
+    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> int:
+        """Push the expiry of every item ``owner`` holds to ``expires``; returns how many it holds."""
+
+    @abc.abstractmethod
+    async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
+        """Record the end of ``owner``'s run of ``item``; False (and nothing written) when
+        ``owner`` no longer holds it (its claim lapsed and another worker took it)."""
+
+    async def end_and_claim(self, name: str, item: int, owner: str, end: ItemEnd, *, claim: int, now: float,
+                            expires: float) -> tuple[bool, list[BatchItem]]:
+        """A worker's slot turning over: :meth:`end_batch_item`, then :meth:`claim_batch_items`
+        of up to ``claim`` items (none for 0). A store that can send both at once overrides it."""
+        ended = await self.end_batch_item(name, item, owner, end)
+        items = await self.claim_batch_items(name, owner, claim, now=now, expires=expires) if claim else []
+        return ended, items
+
+    @abc.abstractmethod
+    async def requeue_batch_items(self, name: str, items: Sequence[int]) -> int:
+        """Queue ended items to run again (failed ones for a retry, decided approvals); running
+        items are left alone. Returns how many were queued."""
+
+    async def free_dead_claims(self, name: str, live: Sequence[str]) -> int:
+        """Make claimable at once the items held by a worker whose process is gone (same host,
+        PID not alive; or this PID and an owner not in ``live``). Returns how many (by default
+        none: the claims of a dead worker then lapse by themselves)."""
+        return 0
+
+    @abc.abstractmethod
+    async def batch_items(self, name: str) -> list[BatchItem]:
+        """Every item of the batch, in item order (empty when there is no such batch)."""
+
+    @abc.abstractmethod
+    async def list_batches(self, name: Optional[str] = None) -> list[BatchInfo]:
+        """Every batch (or only ``name``), by name, with its counts by status."""
+
+
+def batch_queue(store: object) -> BatchQueue:
+    """``store`` as a :class:`BatchQueue`, or NotImplementedError saying what to use instead."""
+    if isinstance(store, BatchQueue):
+        return store
+    raise NotImplementedError(
+        f"{type(store).__name__} does not keep batches; use MemoryPersistence or SqlPersistence "
+        "(or implement the BatchQueue capability, we0nb.persistence.batches.BatchQueue)."
+    )
 
 
 def fingerprint(items: Sequence[NewItem]) -> str:

@@ -1,4 +1,4 @@
-"""MemoryPersistence: the port in a Python dict, for tests, notebooks and demos.
+"""MemoryPersistence: the port in Python dicts, for tests, notebooks and demos.
 
 It stores JSON snapshots, never the engine's live objects, so it behaves like a real
 store: what was not written is not there, and a loaded object is always a fresh copy. It holds no event-loop objects, so one instance works
@@ -14,14 +14,15 @@ from pydantic import TypeAdapter
 
 from ..errors import SessionBusyError
 from ..messages import Message, MessageWithParts, Part, Session, Transcript
-from .base import Batch, Lease, MessageInfo, Persistence, lease_owner
-from .batches import BatchInfo, BatchItem, ItemEnd, NewItem, check_same_prompts, fingerprint
+from .base import Lease, Persistence, Write, lease_owner
+from .batches import BatchInfo, BatchItem, BatchQueue, ItemEnd, NewItem, check_same_prompts, fingerprint
+from .columns import ColumnReader, ColumnReads
 
 __all__ = ["MemoryPersistence"]
 
 
-_MESSAGE = TypeAdapter(Message)
-_PART = TypeAdapter(Part)
+_MESSAGE: TypeAdapter[Message] = TypeAdapter(Message)
+_PART: TypeAdapter[Part] = TypeAdapter(Part)
 
 
 class _Stored:
@@ -32,7 +33,9 @@ class _Stored:
         self.parts: dict[str, bytes] = {}
 
 
-class MemoryPersistence(Persistence):
+class MemoryPersistence(Persistence, BatchQueue, ColumnReads):
+    """Every capability of the port (:mod:`.base`) in this process's memory."""
+
     def __init__(self) -> None:
         self._sessions: dict[str, bytes] = {}
         self._messages: dict[str, dict[str, _Stored]] = {}
@@ -48,57 +51,37 @@ class MemoryPersistence(Persistence):
         return Session.model_validate_json(s) if s is not None else None
 
     async def upsert_session(self, session: Session) -> None:
-        self._put_session(session)
+        self._put_session(session.id, session.__pydantic_serializer__.to_json(session))
 
-    def _put_session(self, session: Session) -> None:
-        self._sessions[session.id] = session.__pydantic_serializer__.to_json(session)
-        self._messages.setdefault(session.id, {})
+    def _put_session(self, session_id: str, data: bytes) -> None:
+        self._sessions[session_id] = data
+        self._messages.setdefault(session_id, {})
 
     async def list_sessions(self) -> list[Session]:
         return [Session.model_validate_json(self._sessions[k]) for k in sorted(self._sessions)]
 
-    async def upsert_message(self, message: MessageInfo) -> None:
-        self._put_message(message)
-
-    async def upsert_part(self, part: Part) -> None:
-        self._put_part(part)
-
-    def _put_message(self, message: MessageInfo) -> None:
-        msgs = self._messages.setdefault(message.session_id, {})
-        copy = message.__pydantic_serializer__.to_json(message)
-        stored = msgs.get(message.id)
-        if stored is None:
-            msgs[message.id] = _Stored(copy)
-        else:
-            stored.info = copy
-
-    def _put_part(self, part: Part) -> None:
-        stored = self._messages.get(part.session_id, {}).get(part.message_id)
-        if stored is None:
-            raise KeyError(
-                f"Part {part.id!r} refers to message {part.message_id!r} of session "
-                f"{part.session_id!r}, which was never written; write the message first."
-            )
-        stored.parts[part.id] = part.__pydantic_serializer__.to_json(part)
-
-    async def commit(self, writes: Sequence[Batch], *, lease: Optional[Lease] = None,
+    async def commit(self, writes: Sequence[Write], *, lease: Optional[Lease] = None,
                      session: Optional[Session] = None) -> None:
-        cls, own = type(self), self.__dict__
-        if cls.upsert_message is not _UPSERT_MESSAGE or cls.upsert_part is not _UPSERT_PART \
-                or cls.check_lease is not _CHECK_LEASE or cls.upsert_session is not _UPSERT_SESSION \
-                or not _OVERRIDABLE.isdisjoint(own):
-            # a subclass (or this instance) replaced a step: await each, through the port's default
-            return await Persistence.commit(self, writes, lease=lease, session=session)
+        """Every row serialized and checked first, then stored with nothing awaited in between:
+        all of the commit or, on an error, none of it."""
         if lease is not None:
             self._check_lease_now(lease)
+        messages, parts = _encode(writes)
+        for sid, mid, pid, _ in parts:
+            if mid not in self._messages.get(sid, ()) and not any(m[1] == mid and m[0] == sid for m in messages):
+                raise KeyError(f"Part {pid!r} refers to message {mid!r} of session {sid!r}, which was never "
+                               "written; write the message first (in this commit or an earlier one).")
         if session is not None:
-            self._put_session(session)
-        put_message, put_part = self._put_message, self._put_part
-        for message, parts, _view in writes:  # nothing awaits in between: atomic for this process
-            if message is not None:
-                put_message(message)
-            for p in parts:
-                put_part(p)
+            self._put_session(session.id, session.__pydantic_serializer__.to_json(session))
+        for sid, mid, data in messages:
+            msgs = self._messages.setdefault(sid, {})
+            stored = msgs.get(mid)
+            if stored is None:
+                msgs[mid] = _Stored(data)
+            else:
+                stored.info = data
+        for sid, mid, pid, data in parts:
+            self._messages[sid][mid].parts[pid] = data
 
     async def check_lease(self, lease: Lease) -> None:
         self._check_lease_now(lease)
@@ -110,6 +93,9 @@ class MemoryPersistence(Persistence):
         lease.check()
 
     async def load_transcript(self, session_id: str) -> Transcript:
+        return self._transcript(session_id)
+
+    def _transcript(self, session_id: str) -> Transcript:
         session = self._sessions.get(session_id)
         if session is None:
             return Transcript(session=None, messages=[])
@@ -122,6 +108,13 @@ class MemoryPersistence(Persistence):
                 parts=[_PART.validate_json(stored.parts[pid]) for pid in sorted(stored.parts)],
             ))
         return Transcript.model_construct(session=Session.model_validate_json(session), messages=out)
+
+    def column_reader(self) -> ColumnReader:
+        """The frames' column reads of this store (:class:`~.memory_columns.TranscriptColumns`)."""
+        from .memory_columns import TranscriptColumns
+
+        return TranscriptColumns("MemoryPersistence", lambda: [self._transcript(k) for k in sorted(self._sessions)],
+                                 lambda: self._infos(None), lambda name: self._items(name))
 
     async def delete_messages(self, session_id: str, message_ids: Sequence[str]) -> None:
         msgs = self._messages.get(session_id, {})
@@ -211,9 +204,15 @@ class MemoryPersistence(Persistence):
         return n
 
     async def batch_items(self, name: str) -> list[BatchItem]:
+        return self._items(name)
+
+    def _items(self, name: str) -> list[BatchItem]:
         return [dataclasses.replace(r) for r in self._rows(name)]
 
     async def list_batches(self, name: Optional[str] = None) -> list[BatchInfo]:
+        return self._infos(name)
+
+    def _infos(self, name: Optional[str]) -> list[BatchInfo]:
         names = sorted(self._batches) if name is None else [name] if name in self._batches else []
         return [_info(*self._batches[k]) for k in names]
 
@@ -222,11 +221,15 @@ class MemoryPersistence(Persistence):
         return got[1] if got is not None else []
 
 
-_UPSERT_MESSAGE = MemoryPersistence.upsert_message
-_UPSERT_PART = MemoryPersistence.upsert_part
-_CHECK_LEASE = MemoryPersistence.check_lease
-_UPSERT_SESSION = MemoryPersistence.upsert_session
-_OVERRIDABLE = frozenset(("upsert_message", "upsert_part", "check_lease", "upsert_session"))
+def _encode(writes: Sequence[Write]) -> tuple[list[tuple[str, str, bytes]], list[tuple[str, str, str, bytes]]]:
+    """The rows of a commit as JSON: messages ``(session, id, json)`` and parts ``(session, message, id, json)``."""
+    messages, parts = [], []
+    for message, ps, _view in writes:
+        if message is not None:
+            messages.append((message.session_id, message.id, message.__pydantic_serializer__.to_json(message)))
+        for p in ps:
+            parts.append((p.session_id, p.message_id, p.id, p.__pydantic_serializer__.to_json(p)))
+    return messages, parts
 
 
 def _info(info: BatchInfo, rows: Sequence[BatchItem]) -> BatchInfo:

@@ -1,4 +1,4 @@
-"""The batch methods of SqlPersistence (``we0_batches``, ``we0_batch_items``).
+"""The batch queue on SQL (``we0_batches``, ``we0_batch_items``): :class:`SqlBatchQueue`.
 
 Claiming is one statement: an UPDATE of the first claimable items (queued, claim expired)
 that returns them — atomic on SQLite (one writer at a time), and on PostgreSQL the rows are
@@ -9,14 +9,17 @@ wait on each other. Ending, renewing and freeing a claim are conditional on its 
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any, Optional, Sequence
 
-from ..batches import BatchInfo, BatchItem, ItemEnd, NewItem, check_same_prompts, fingerprint
+from ..batches import BatchInfo, BatchItem, BatchQueue, ItemEnd, NewItem, check_same_prompts, fingerprint
+from . import statements as q
+from .driver import Driver, Params
 from .lease import pid_alive
-from .tables import cut
 from .statements import END_COLUMNS
+from .tables import cut
 
-__all__ = ["open_batch", "claim", "renew", "end", "end_and_claim", "requeue", "free_dead", "items", "infos"]
+__all__ = ["SqlBatchQueue", "item_from_row", "owner_process", "read_items", "read_infos"]
 
 
 def item_from_row(row: Any) -> BatchItem:
@@ -28,32 +31,90 @@ def item_from_row(row: Any) -> BatchItem:
                      input_tokens=input_tokens, output_tokens=output_tokens)
 
 
-async def open_batch(store: Any, name: str, new: Sequence[NewItem], session_ids_given: bool, now: float) -> BatchInfo:
-    """Create the batch and its items in one transaction, or check the existing one."""
-    fp = fingerprint(new)
-    head = {"name": name, "created": now, "updated": now, "items": len(new), "fingerprint": fp}
-    rows = [{"batch": name, "item": i, "session_id": it.session_id, "prompt": it.prompt, "status": "pending",
-             "queued": True, "owner": None, "host": None, "pid": None, "expires": 0.0, "attempts": 0,
-             "started": None, "finished": None, "duration": 0.0, "text": None, "output": None, "error": None,
-             "steps": 0, "tool_calls": 0, "input_tokens": 0, "output_tokens": 0} for i, it in enumerate(new)]
-    ops = [("batch_item_insert", rows)] if rows else []
-    created = await store._db.transaction(ops, ("batch_insert", head))
-    if not created:
-        got = await store._db.fetchall("batch_get", {"b": name})
-        _, _, _, n, stored_fp = got[0]
-        if stored_fp != fp or n != len(new) or session_ids_given:
-            stored = await store._db.fetchall("batch_prompts", {"b": name})
-            check_same_prompts(name, [(p, s) for p, s in stored], new, session_ids_given)
-    return (await infos(store, name))[0]
+class SqlBatchQueue(BatchQueue):
+    """The :class:`~we0nb.persistence.batches.BatchQueue` of one database, through its driver."""
+
+    def __init__(self, db: Driver) -> None:
+        self.db = db
+        self.host = socket.gethostname()[:128]
+
+    async def open_batch(self, name: str, items: Sequence[NewItem], *, session_ids_given: bool,
+                         now: float) -> BatchInfo:
+        """Create the batch and its items in one transaction (guarded by the batch's insert), or
+        check the existing one."""
+        fp = fingerprint(items)
+        head = {"name": name, "created": now, "updated": now, "items": len(items), "fingerprint": fp}
+        rows = [_new_item(name, i, it) for i, it in enumerate(items)]
+        created = await self.db.transaction([(q.BATCH_ITEM_INSERT, rows)] if rows else [], (q.BATCH_INSERT, head))
+        if not created:
+            got = await self.db.fetchall(q.BATCH_GET, {"b": name})
+            _, _, _, n, stored_fp = got[0]
+            if stored_fp != fp or n != len(items) or session_ids_given:
+                stored = await self.db.fetchall(q.BATCH_PROMPTS, {"b": name})
+                check_same_prompts(name, [(p, s) for p, s in stored], items, session_ids_given)
+        return (await self.list_batches(name))[0]
+
+    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float,
+                                expires: float) -> list[BatchItem]:
+        return _claimed(await self.db.fetchall(q.BATCH_CLAIM, self._claim_params(name, owner, n, now, expires)))
+
+    def _claim_params(self, name: str, owner: str, n: int, now: float, expires: float) -> Params:
+        host, pid = owner_process(owner, self.host)
+        return {"b": name, "owner": owner[:256], "host": host, "pid": pid, "n": n, "now": now, "expires": expires}
+
+    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> int:
+        return await self.db.execute(q.BATCH_RENEW, {"b": name, "holder": owner[:256], "expires": expires})
+
+    async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
+        return await self.db.execute(q.BATCH_END, _end_params(name, item, owner, end)) == 1
+
+    async def end_and_claim(self, name: str, item: int, owner: str, end: ItemEnd, *, claim: int, now: float,
+                            expires: float) -> tuple[bool, list[BatchItem]]:
+        """An end and a claim of up to ``claim`` items, sent together (:meth:`~.driver.Driver.run`: on
+        SQLite one transaction, on PostgreSQL one round trip, where a worker's claims of one moment merge)."""
+        if not claim:
+            return await self.end_batch_item(name, item, owner, end), []
+        ended, rows = await self.db.run([(q.BATCH_END, _end_params(name, item, owner, end), False),
+                                         (q.BATCH_CLAIM, self._claim_params(name, owner, claim, now, expires), True)])
+        return ended == 1, _claimed(rows)
+
+    async def requeue_batch_items(self, name: str, items: Sequence[int]) -> int:
+        n = 0
+        for i in items:  # (a row count per item: executemany reports none reliably)
+            n += await self.db.execute(q.BATCH_REQUEUE, {"b": name, "item": i})
+        return n
+
+    async def free_dead_claims(self, name: str, live: Sequence[str]) -> int:
+        me, mine = self.host, os.getpid()
+        n = 0
+        for owner, host, pid in await self.db.fetchall(q.BATCH_OWNERS, {"b": name}):
+            if host != me or pid is None:
+                continue  # another machine: only the expiry can tell
+            gone = owner not in live if pid == mine else not pid_alive(int(pid))
+            if gone:
+                n += await self.db.execute(q.BATCH_FREE, {"b": name, "holder": owner})
+        return n
+
+    async def batch_items(self, name: str) -> list[BatchItem]:
+        return [item_from_row(r) for r in await self.db.fetchall(q.BATCH_ITEMS, {"b": name})]
+
+    async def list_batches(self, name: Optional[str] = None) -> list[BatchInfo]:
+        if name is None:
+            heads = await self.db.fetchall(q.BATCH_LIST, {})
+            counts = await self.db.fetchall(q.BATCH_COUNTS_ALL, {})
+        else:
+            heads = await self.db.fetchall(q.BATCH_GET, {"b": name})
+            counts = await self.db.fetchall(q.BATCH_COUNTS, {"b": name}) if heads else []
+        out = {h[0]: BatchInfo(name=h[0], created=h[1], updated=h[2], items=h[3], fingerprint=h[4]) for h in heads}
+        _add_counts(out, counts)
+        return list(out.values())
 
 
-async def claim(store: Any, name: str, owner: str, n: int, now: float, expires: float) -> list[BatchItem]:
-    return _claimed(await store._db.fetchall("batch_claim", _claim_params(store, name, owner, n, now, expires)))
-
-
-def _claim_params(store: Any, name: str, owner: str, n: int, now: float, expires: float) -> dict[str, Any]:
-    host, pid = owner_process(owner, store._host)
-    return {"b": name, "owner": owner[:256], "host": host, "pid": pid, "n": n, "now": now, "expires": expires}
+def _new_item(name: str, i: int, it: NewItem) -> Params:
+    return {"batch": name, "item": i, "session_id": it.session_id, "prompt": it.prompt, "status": "pending",
+            "queued": True, "owner": None, "host": None, "pid": None, "expires": 0.0, "attempts": 0,
+            "started": None, "finished": None, "duration": 0.0, "text": None, "output": None, "error": None,
+            "steps": 0, "tool_calls": 0, "input_tokens": 0, "output_tokens": 0}
 
 
 def _claimed(rows: list[Any]) -> list[BatchItem]:
@@ -70,72 +131,12 @@ def owner_process(owner: str, default_host: str) -> tuple[str, int]:
     return default_host, os.getpid()
 
 
-async def renew(store: Any, name: str, owner: str, expires: float) -> int:
-    return await store._db.execute("batch_renew", {"b": name, "holder": owner[:256], "expires": expires})
-
-
-async def end(store: Any, name: str, item: int, owner: str, e: ItemEnd) -> bool:
-    return await store._db.execute("batch_end", _end_params(name, item, owner, e)) == 1
-
-
-def _end_params(name: str, item: int, owner: str, e: ItemEnd) -> dict[str, Any]:
+def _end_params(name: str, item: int, owner: str, e: ItemEnd) -> Params:
     params = {k: getattr(e, k) for k in END_COLUMNS if k != "expires"}
     for k in ("text", "output", "error"):  # flattened text columns: NUL-safe (see tables.cut)
         params[k] = cut(params[k])
     params.update(b=name, item=item, holder=owner[:256], run_time=e.run_time, expires=e.not_before)
     return params
-
-
-async def end_and_claim(store: Any, name: str, item: int, owner: str, e: ItemEnd, n: int, now: float,
-                        expires: float) -> tuple[bool, list[BatchItem]]:
-    """An end and a claim of up to ``n`` items: on SQLite in one transaction (one commit, not two),
-    on PostgreSQL sent at once (one round trip; a worker's claims of one moment are merged there)."""
-    end_params, claim_params = _end_params(name, item, owner, e), _claim_params(store, name, owner, n, now, expires)
-    if store._inline is not None:
-        ended, rows = await store._inline.statements([("batch_end", end_params, False),
-                                                      ("batch_claim", claim_params, True)])
-    else:
-        ended, rows = await store._both(store._db.execute("batch_end", end_params),
-                                        store._db.fetchall("batch_claim", claim_params))
-    return ended == 1, _claimed(rows)
-
-
-async def requeue(store: Any, name: str, which: Sequence[int]) -> int:
-    rows = [{"b": name, "item": i} for i in which]
-    if not rows:
-        return 0
-    n = 0
-    for row in rows:  # (a row count per item: executemany reports none reliably)
-        n += await store._db.execute("batch_requeue", row)
-    return n
-
-
-async def free_dead(store: Any, name: str, live: Sequence[str]) -> int:
-    me, mine = store._host, os.getpid()
-    n = 0
-    for owner, host, pid in await store._db.fetchall("batch_owners", {"b": name}):
-        if host != me or pid is None:
-            continue  # another machine: only the expiry can tell
-        gone = owner not in live if pid == mine else not pid_alive(int(pid))
-        if gone:
-            n += await store._db.execute("batch_free", {"b": name, "holder": owner})
-    return n
-
-
-async def items(store: Any, name: str) -> list[BatchItem]:
-    return [item_from_row(r) for r in await store._db.fetchall("batch_items", {"b": name})]
-
-
-async def infos(store: Any, name: Optional[str] = None) -> list[BatchInfo]:
-    if name is None:
-        heads = await store._db.fetchall("batch_list", {})
-        counts = await store._db.fetchall("batch_counts_all", {})
-    else:
-        heads = await store._db.fetchall("batch_get", {"b": name})
-        counts = await store._db.fetchall("batch_counts", {"b": name}) if heads else []
-    out = {h[0]: BatchInfo(name=h[0], created=h[1], updated=h[2], items=h[3], fingerprint=h[4]) for h in heads}
-    _add_counts(out, counts)
-    return list(out.values())
 
 
 # --------------------------------------------------------------------------- synchronous reads (frames, CLI)

@@ -1,8 +1,10 @@
 """The frames' columns, read from the SQL tables in bulk: one query per view, no object per row.
 
-:func:`open_reader` turns what a frame was given — a :class:`SqlPersistence`, an agent
-using one, a SQLAlchemy ``Engine`` or ``AsyncEngine``, a URL — into a :class:`SqlReader`
-(``None`` for a persistence without SQL: read that one through its port). The reader's
+:func:`open_reader` turns what a frame was given — a store with the column-read capability
+(:class:`~we0nb.persistence.columns.ColumnReads`: a :class:`SqlPersistence` gives a
+:class:`SqlReader`, a MemoryPersistence its own reader), an agent using one, a SQLAlchemy
+``Engine`` or ``AsyncEngine``, a URL — into a :class:`~we0nb.persistence.columns.ColumnReader`
+(``None`` for a store without that capability: read that one through its port). The reader's
 ``sessions``/``messages``/``parts`` run one SQL query each over the flattened columns of
 :mod:`.tables` and return :class:`Fetched`: the rows in chunks of plain Python columns
 (tuples), unordered, through one connection. This module imports no pandas, NumPy or
@@ -37,60 +39,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence
 
+from ..columns import CATEGORIES, TOOL_CALL_NAMES, ColumnReader, ColumnReads, Convert, CorruptRow, Fetched
 from . import tables as T
 from .sources import driver_errors, engine_for, persistence_of, read_error, where_of
 
-__all__ = ["CATEGORIES", "CorruptRow", "Fetched", "SqlReader", "open_reader", "persistence_of"]
-
-#: the values a categorical column can hold, in the order frames show them
-CATEGORIES: dict[str, tuple[str, ...]] = {
-    "role": ("user", "assistant"),
-    "type": ("text", "reasoning", "tool", "step-start", "step-finish", "compaction"),
-    "status": ("pending", "running", "completed", "error"),
-    "interrupt_reason": ("resume", "prompt", "blocked"),
-    "approval": ("requested", "approved", "denied"),
-}
+__all__ = ["CATEGORIES", "CorruptRow", "Fetched", "SqlReader", "column_reader", "open_reader", "persistence_of"]
 
 _CHUNK = 4_096  # rows per fetch: a chunk's row tuples stay in cache until converted
 _MAX_SQL_IDS = 1_000  # a longer session id list is filtered here, not sent as bound parameters
 _NUL = "\\u0000"  # how a JSON document stores a NUL character
 _TEXT_TYPES = ("text", "reasoning")
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class CorruptRow:
-    """A row whose JSON document does not parse: its ids, and why."""
-
-    table: str
-    session_id: Optional[str]
-    message_id: Optional[str]
-    part_id: Optional[str]
-    detail: str
-
-    def __str__(self) -> str:
-        if self.part_id is not None:
-            what = f"part {self.part_id!r} of message {self.message_id!r}"
-        elif self.message_id is not None:
-            what = f"message {self.message_id!r}"
-        else:
-            what = "the session row"
-        return f"{what} in session {self.session_id!r} ({self.table}: {self.detail})"
-
-
-@dataclass
-class Fetched:
-    """A query's rows: ``chunks`` of columns (``convert`` applied), named ``names``.
-
-    A chunk is a dict of column name → tuple of values (str, float, int, bool, None).
-    ``corrupt`` lists the rows whose document did not parse. Rows are in no particular order.
-    """
-
-    names: list[str]
-    chunks: list[Any] = field(default_factory=list)
-    corrupt: list[CorruptRow] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -113,6 +71,7 @@ class _Query:
     created: Any = None  # the creation time that since/until select by
     join: Any = None  # (table, on) needed for ``created``
     finish: Any = None  # chunk -> chunk: columns made from the read ones (before ``convert``)
+    finished: Optional[list[str]] = None  # the columns once ``finish`` made them (None: ``names``)
 
     @property
     def names(self) -> list[str]:
@@ -126,6 +85,17 @@ class _DocumentError(Exception):
 def _is_document_error(e: BaseException) -> bool:
     text = str(getattr(e, "orig", None) or e).lower()
     return "json" in text or "unicode escape" in text
+
+
+def column_reader(source: Any) -> Optional[ColumnReader]:
+    """The frames' seam: a :class:`~we0nb.persistence.columns.ColumnReader` on ``source`` — a store
+    with :class:`~we0nb.persistence.columns.ColumnReads` (or an agent using one) gives its own, an
+    Engine, AsyncEngine or URL a :class:`SqlReader` (see :func:`open_reader`); ``None`` for a store
+    without that capability (read it through its port)."""
+    store = persistence_of(source)
+    if isinstance(store, ColumnReads):
+        return store.column_reader()
+    return open_reader(store)
 
 
 def open_reader(source: Any) -> Optional["SqlReader"]:
@@ -151,7 +121,7 @@ def open_reader(source: Any) -> Optional["SqlReader"]:
 # --------------------------------------------------------------------------- the reader
 
 
-class SqlReader:
+class SqlReader(ColumnReader):
     """Bulk reads of one database (synchronous; the engine is disposed on close if it is ours)."""
 
     def __init__(self, engine: Any, owned: bool):
@@ -159,12 +129,6 @@ class SqlReader:
         self.owned = owned
         self.dialect: str = engine.dialect.name
         self.where = where_of(engine.url)
-
-    def __enter__(self) -> "SqlReader":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def close(self) -> None:
         if self.owned:
@@ -221,7 +185,7 @@ class SqlReader:
     # ------------------------------------------------------------------ views
 
     def sessions(self, ids: Optional[Sequence[str]] = None, since: Optional[int] = None,
-                 until: Optional[int] = None, convert: Optional[Callable[[dict], Any]] = None) -> Fetched:
+                 until: Optional[int] = None, convert: Optional[Convert] = None) -> Fetched:
         """session_id, title, created, updated, messages (count), revert_message_id."""
         import sqlalchemy as sa
 
@@ -233,7 +197,7 @@ class SqlReader:
         return self._read(q, ids, since, until, convert)
 
     def messages(self, ids: Optional[Sequence[str]] = None, since: Optional[int] = None,
-                 until: Optional[int] = None, convert: Optional[Callable[[dict], Any]] = None) -> Fetched:
+                 until: Optional[int] = None, convert: Optional[Convert] = None) -> Fetched:
         """The message columns of :func:`.tables.message_columns` (``id`` as message_id)."""
         m = T.messages
         flat = [("session_id", m.c.session_id), ("message_id", m.c.id), ("role", m.c.role)]
@@ -244,7 +208,7 @@ class SqlReader:
         return self._read(q, ids, since, until, convert)
 
     def parts(self, ids: Optional[Sequence[str]] = None, since: Optional[int] = None,
-              until: Optional[int] = None, convert: Optional[Callable[[dict], Any]] = None, *,
+              until: Optional[int] = None, convert: Optional[Convert] = None, *,
               tools_only: bool = False) -> Fetched:
         """Parts: ids, type, tool, status, start, end and text (a text/reasoning part's text, a
         compaction's summary). ``tools_only``: tool parts, with call_id, the interrupt/recall
@@ -262,7 +226,7 @@ class SqlReader:
             q.docs = [self._member("input", ("state", "input"), True), self._member("output", ("state", "output")),
                       self._member("error", ("state", "error")), self._member("metadata", ("state", "metadata"), True),
                       self._member("approval", ("approval",)), self._member("approval_detail", ("approval_detail",), True)]
-            q.finish = _approval_columns
+            q.finish, q.finished = _approval_columns, list(TOOL_CALL_NAMES)
             # ``type || ''`` keeps SQLite from walking ix_we0_parts_tool and looking rows up in
             # index order (random reads): a sequential scan is ~1.5x cheaper; a session filter
             # still uses the session index, and PostgreSQL plans it the same way
@@ -304,6 +268,7 @@ class SqlReader:
         careful = careful or nul is None or any(d.sql is None for d in q.docs)
         cols = [e.label(n) for n, e in q.flat]
         for d in q.docs:
+            e: Any
             if d.extracted and careful:
                 e = sa.null()
             elif d.extracted and self.dialect == "postgresql":
@@ -327,7 +292,7 @@ class SqlReader:
     # ------------------------------------------------------------------ fetch
 
     def _read(self, q: _Query, ids: Optional[Sequence[str]], since: Optional[int], until: Optional[int],
-              convert: Optional[Callable[[dict], Any]]) -> Fetched:
+              convert: Optional[Convert]) -> Fetched:
         wanted = None
         if ids is not None and len(ids) > _MAX_SQL_IDS:
             wanted, ids = frozenset(ids), None
@@ -336,10 +301,10 @@ class SqlReader:
         except _DocumentError:
             return self._fetch(q, self._statement(q, True, ids, since, until), wanted, convert, careful=True)
 
-    def _fetch(self, q: _Query, stmt: Any, wanted: Optional[frozenset], convert: Optional[Callable[[dict], Any]],
+    def _fetch(self, q: _Query, stmt: Any, wanted: Optional[frozenset], convert: Optional[Convert],
                careful: bool) -> Fetched:
         """Run ``stmt``; each chunk of rows becomes columns (documents read where flagged), then ``convert``."""
-        out = Fetched(q.names)
+        out = Fetched(q.finished or q.names)
         with _gc_paused(), self._connection() as conn:
             try:
                 result = conn.execute(stmt)

@@ -13,7 +13,15 @@ from typing import NoReturn
 
 from ...errors import PersistenceError
 
-__all__ = ["driver_errors", "is_busy", "is_readonly_error", "raise_persistence_error", "wrap"]
+__all__ = ["Busy", "driver_errors", "is_busy", "is_readonly_error", "raise_persistence_error", "wrap"]
+
+
+class Busy(Exception):
+    """SQLite: another connection holds the write lock, try again later (never escapes this package)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
 
 
 def driver_errors() -> tuple[type[BaseException], ...]:

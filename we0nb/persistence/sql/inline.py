@@ -12,70 +12,51 @@ checkpoints (the only fsyncs under NORMAL) run on a background thread every
 :attr:`~InlineSqlite.CHECKPOINT_EVERY` commits, and :meth:`~InlineSqlite.close` joins that
 thread and closes the connection (which checkpoints) off the loop.
 
-With ``writer_process`` (opt-in), while several runs of one loop write at once (a batch), every
-write goes to a writer process instead (:mod:`.sqlite_writer`: SQLite's work on the other core); the reads stay here.
+While several runs of one loop commit at once (a batch), their commits go through
+:mod:`.sqlite_group` (one transaction per pass of the loop) instead of one transaction each.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
 import threading
 import time
-import weakref
-from typing import Any, Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 from ...errors import PersistenceError
-from . import sqlite_tx as tx
-from .errors import is_busy, wrap
-from .loops import at_shutdown
+from . import statements as q
+from .driver import Call, Guard, Op, Params, held
+from .database import sqlite_pragmas
+from .errors import Busy, is_busy, wrap
 from .schema import SqliteDb, ensure_schema
-from .sqlite_tx import Op
-from .sqlite_writer import SqliteWriter, writer_possible
-from .statements import statements
+from .sqlite_group import SqliteGroup
+from .statements import Stmt, compiled
 
-__all__ = ["InlineSqlite", "sqlite_pragmas", "Busy"]
+__all__ = ["InlineSqlite"]
 
 log = logging.getLogger("we0nb.persistence.sql")
 
 T = TypeVar("T")
-_SQL = statements("sqlite")
-
-
-class Busy(Exception):
-    """Another connection holds the write lock: try again later (never escapes this package)."""
-
-    def __init__(self, error: sqlite3.Error):
-        super().__init__(str(error))
-        self.error = error
-
-
-def sqlite_pragmas(dbapi_conn: Any, synchronous: str, busy_ms: int) -> None:
-    """WAL, ``synchronous`` and the busy timeout: the settings of every we0nb SQLite connection."""
-    cur = dbapi_conn.cursor()
-    try:
-        cur.execute(f"PRAGMA busy_timeout = {busy_ms}")
-        try:
-            cur.execute("PRAGMA journal_mode = WAL")
-        except Exception:  # on purpose: a read-only database cannot switch; a write will say so clearly
-            pass
-        cur.execute(f"PRAGMA synchronous = {synchronous}")
-    finally:
-        cur.close()
+_SQL = compiled("sqlite")
+#: a commit: its ops, and the guard that must hold for them to be written
+Commit = tuple[Sequence[Op], Optional[Guard]]
 
 
 class InlineSqlite:
-    """The :class:`~.statements` run on one ``sqlite3`` connection (opened lazily)."""
+    """The SQLite driver (:class:`~.driver.Driver`): the statements run on one ``sqlite3`` connection
+    (opened lazily) on the calling thread."""
 
+    dialect = "sqlite"
     #: commits between WAL checkpoints (a few thousand WAL pages: each checkpoint fsyncs)
     CHECKPOINT_EVERY = 1000
     #: the longest single async back-off sleep while the database is locked (seconds)
     MAX_BACKOFF = 0.025
 
-    def __init__(self, database: str, uri: bool, synchronous: str, busy_timeout: float, where: str,
-                 writer_process: bool = False):
+    def __init__(self, database: str, uri: bool, synchronous: str, busy_timeout: float, where: str):
         self.database, self.uri, self.where = database, uri, where
         self.synchronous, self.busy_timeout = synchronous, busy_timeout
         self.lock = threading.RLock()  # the checkpoint thread and close() use the connection too
@@ -85,43 +66,43 @@ class InlineSqlite:
         self.ckpt_wake = threading.Event()
         self.ckpt_thread: Optional[threading.Thread] = None
         self.ckpt_stop = False
-        # the writer process of each event loop (sqlite_writer.py), and the loops that want one
-        self.offload = writer_process and writer_possible()
-        self.writers: dict[asyncio.AbstractEventLoop, SqliteWriter] = {}
-        self.wanted: dict[asyncio.AbstractEventLoop, "asyncio.Task[None]"] = {}
-        self.shutdown_guards: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+        self.group = SqliteGroup(self)
 
-    # ------------------------------------------------------------------ the async interface
+    # ------------------------------------------------------------------ the driver
 
-    async def execute(self, key: str, params: dict[str, Any]) -> int:
+    async def execute(self, stmt: Stmt, params: Params) -> int:
         """One statement, committed (autocommit); returns its row count."""
-        return await self._write(("execute", (key, params)), self._execute, key, params)
+        return await self._retry(self._execute, stmt, params)
 
-    async def fetchall(self, key: str, params: dict[str, Any]) -> list[Any]:
-        return await self._retry(self._fetchall, key, params)
+    async def fetchall(self, stmt: Stmt, params: Params) -> list[Any]:
+        return await self._retry(self._fetchall, stmt, params)
 
-    async def transaction(self, ops: Sequence[Op], guard: Optional[Op] = None) -> bool:
-        """``ops`` in one transaction. ``guard``: a statement run first that must change one row,
-        else nothing is written and the result is False."""
-        commits = [(ops, guard)]
-        return (await self._write(commits, self._together, commits))[0]
+    async def run(self, calls: Sequence[Call]) -> list[Any]:
+        """Reads one after the other; calls that write in one transaction (one commit, not several)."""
+        if all(rows for _, _, rows in calls):
+            return [await self.fetchall(stmt, params) for stmt, params, _ in calls]
+        return await self._retry(self._statements, calls)
 
-    commit = transaction  # a run's commit (alone; runs that write at once go through sqlite_group.py)
+    async def transaction(self, ops: Sequence[Op], guard: Optional[Guard] = None) -> bool:
+        """``ops`` in one transaction, after ``guard`` (nothing written when it does not hold)."""
+        return (await self._retry(self._together, [(ops, guard)]))[0]
 
-    async def together(self, commits: Sequence[tx.Commit]) -> list[bool]:
+    async def commit(self, ops: Sequence[Op], guard: Optional[Guard], *, crowded: bool) -> bool:
+        """Alone: at once. ``crowded``: with the other runs' commits of this pass (:mod:`.sqlite_group`)."""
+        if crowded:
+            return await self.group.commit(ops, guard)
+        return await self.transaction(ops, guard)
+
+    async def together(self, commits: Sequence[Commit]) -> list[bool]:
         """Several ``(ops, guard)`` commits in one transaction: for each, whether it was written
-        (its guard changed one row). An error writes none of them."""
-        return await self._write(list(commits), self._together, commits)
+        (its guard held). An error writes none of them."""
+        return await self._retry(self._together, commits)
 
-    async def statements(self, queries: Sequence[tuple[str, dict[str, Any], bool]]) -> list[Any]:
-        """``(key, params, rows)`` statements in one transaction: each one's rows (``rows``) or row count."""
-        return await self._write(("statements", queries), self._statements, queries)
-
-    def together_now(self, commits: Sequence[tx.Commit]) -> list[bool]:
+    def together_now(self, commits: Sequence[Commit]) -> list[bool]:
         """:meth:`together` at once, on this thread; raises :class:`Busy` when the database is locked."""
         return self._call(self._together, commits)
 
-    def fetch_now(self, queries: Sequence[Op]) -> Optional[list[list[Any]]]:
+    def read_now(self, queries: Sequence[tuple[Stmt, Params]]) -> Optional[list[list[Any]]]:
         """Several reads at once, synchronously; None when the database is locked (use the async path)."""
         try:
             return self._call(lambda conn: [conn.execute(_SQL[k], p).fetchall() for k, p in queries])
@@ -129,8 +110,7 @@ class InlineSqlite:
             return None
 
     async def close(self) -> None:
-        """Stop the writer process, the checkpoint thread and the connection, all off the event loop."""
-        await self.stop_writer()
+        """Stop the checkpoint thread and close the connection, off the event loop."""
         if self.ckpt_thread is None and self.conn is None:
             return
         await asyncio.to_thread(self.close_now)
@@ -148,64 +128,7 @@ class InlineSqlite:
                 self.conn.close()  # the last connection checkpoints and removes the WAL
                 self.conn = None
 
-    # ------------------------------------------------------------------ the writer process
-
-    def writer(self) -> Optional[SqliteWriter]:
-        """The running loop's writer process, when it has one that takes requests."""
-        if not self.writers:
-            return None
-        w = self.writers.get(asyncio.get_running_loop())
-        return w if w is not None and w.usable else None
-
-    def want_writer(self) -> None:
-        """Several runs of the running loop write at once: start its writer process (once)."""
-        if not self.offload:
-            return
-        loop = asyncio.get_running_loop()
-        if loop not in self.wanted:
-            self.wanted[loop] = loop.create_task(self._start_writer(loop))
-
-    async def stop_writer(self) -> None:
-        """The running loop no longer needs its writer: it answers what it has, then ends."""
-        loop = asyncio.get_running_loop()
-        starting = self.wanted.pop(loop, None)
-        if starting is not None and not starting.done():
-            await asyncio.shield(starting)  # (it sees that it is no longer wanted, and stops)
-        w = self.writers.pop(loop, None)
-        if w is not None:
-            await w.stop()
-
-    async def _start_writer(self, loop: asyncio.AbstractEventLoop) -> None:
-        try:
-            files = self._call(lambda conn: conn.execute("PRAGMA database_list").fetchall())
-            file = next((f for _, name, f in files if name == "main"), "")
-            if not file:  # a temporary or in-memory database: only this connection sees it
-                self.offload = False
-                return
-            config = {"database": file, "uri": False, "synchronous": self.synchronous,
-                      "busy_timeout": self.busy_timeout, "sql": dict(_SQL)}
-            w = await SqliteWriter.start(config, self.where)
-        except Exception as e:  # on purpose: the writes stay on this thread, as for a run alone
-            log.warning("SQLite writes stay on the event loop's thread: no writer process (%s)", e)
-            self.offload = False
-            return
-        if self.wanted.get(loop) is not asyncio.current_task():  # stopped while it started
-            await w.stop()
-            return
-        self.writers[loop] = w
-        await at_shutdown(loop, self.shutdown_guards, self.stop_writer)  # if the loop ends first
-
     # ------------------------------------------------------------------ running a statement
-
-    async def _write(self, request: Any, fn: Callable[..., T], *args: Any) -> T:
-        """A write: at the running loop's writer process when it has one (``request``, see
-        :mod:`.sqlite_writer_process`), else ``fn(conn, *args)`` here."""
-        w = self.writer()
-        if w is None:
-            return await self._retry(fn, *args)
-        out: T = await w.call(request)
-        self._committed()
-        return out
 
     async def _retry(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(conn, *args)`` now; while the database is locked, again after an async sleep."""
@@ -235,22 +158,37 @@ class InlineSqlite:
                     raise Busy(e) from None
                 raise wrap(e, self.where) from e
 
-    def _execute(self, conn: sqlite3.Connection, key: str, params: dict[str, Any]) -> int:
-        n = tx.execute(conn, _SQL, key, params)
+    def _execute(self, conn: sqlite3.Connection, stmt: Stmt, params: Params) -> int:
+        n = conn.execute(_SQL[stmt], params).rowcount  # autocommit: its own transaction
         self._committed()
         return n
 
     @staticmethod
-    def _fetchall(conn: sqlite3.Connection, key: str, params: dict[str, Any]) -> list[Any]:
-        return conn.execute(_SQL[key], params).fetchall()
+    def _fetchall(conn: sqlite3.Connection, stmt: Stmt, params: Params) -> list[Any]:
+        return conn.execute(_SQL[stmt], params).fetchall()
 
-    def _together(self, conn: sqlite3.Connection, commits: Sequence[tx.Commit]) -> list[bool]:
-        out = tx.together(conn, _SQL, commits)
+    def _together(self, conn: sqlite3.Connection, commits: Sequence[Commit]) -> list[bool]:
+        """Each commit's guard, then its ops when the guard held; one transaction."""
+        out = []
+        with _writing(conn):
+            for ops, guard in commits:
+                ok = guard is None or held(conn.execute(_SQL[guard[0]], guard[1]).rowcount)
+                if ok:
+                    for stmt, params in ops:
+                        if isinstance(params, list):
+                            conn.executemany(_SQL[stmt], params)
+                        else:
+                            conn.execute(_SQL[stmt], params)
+                out.append(ok)
         self._committed()
         return out
 
-    def _statements(self, conn: sqlite3.Connection, queries: Sequence[tuple[str, dict[str, Any], bool]]) -> list[Any]:
-        out = tx.statements(conn, _SQL, queries)
+    def _statements(self, conn: sqlite3.Connection, calls: Sequence[Call]) -> list[Any]:
+        out = []
+        with _writing(conn):
+            for stmt, params, rows in calls:
+                cur = conn.execute(_SQL[stmt], params)
+                out.append(cur.fetchall() if rows else cur.rowcount)
         self._committed()
         return out
 
@@ -288,7 +226,7 @@ class InlineSqlite:
         """Fail at open, not at the first write in the middle of a run, when the file is read-only."""
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute(_SQL["write_probe"], {"key": "write_probe", "value": ""})
+            conn.execute(_SQL[q.WRITE_PROBE], {"key": "write_probe", "value": ""})
         finally:
             conn.execute("ROLLBACK")
 
@@ -324,3 +262,16 @@ class InlineSqlite:
                     log.debug("WAL checkpoint skipped: %s", e)
         finally:
             conn.close()
+
+
+@contextlib.contextmanager
+def _writing(conn: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction (``BEGIN IMMEDIATE``): committed at the end, rolled back on any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

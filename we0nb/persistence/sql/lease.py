@@ -6,8 +6,8 @@ is no longer alive is taken over at once, any other only after it expires. A hea
 renews it every ``lease_renew`` seconds — one task per store and event loop for all the
 leases held there (a batch holds a hundred at once) —; when a renewal finds another owner, the
 lease is marked lost (:meth:`~we0nb.persistence.base.Lease.mark_lost`). Every conditional
-commit renews it too, in its own transaction (:func:`renewal`), so a run that lost its
-lease writes nothing more.
+commit renews it too, in its own transaction (:meth:`SqlLeases.guard`, the commit's guard), so a
+run that lost its lease writes nothing more.
 """
 
 from __future__ import annotations
@@ -15,14 +15,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
 from typing import Any, Optional
 
 from ...errors import PersistenceError, SessionBusyError
-from ..base import Lease, lease_owner
-from .inline import Op
+from ..base import Lease, LeaseStore, lease_owner
+from . import statements as q
+from .driver import Driver, Guard, Params, held
+from .statements import Stmt
 
-__all__ = ["acquire", "acquire_and_read", "release", "renewal", "holder", "check", "held_here", "pid_alive", "LIVE_OWNERS"]
+__all__ = ["SqlLeases", "pid_alive", "LIVE_OWNERS"]
 
 log = logging.getLogger("we0nb.persistence.sql")
 
@@ -53,92 +56,134 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def renewal(store: Any, lease: Lease) -> Op:
-    """The statement that renews ``lease`` — and changes no row once another run holds it."""
-    return ("lease_renew", {"sid": lease.session_id, "holder": lease.owner, "expires": time.time() + store.lease_ttl})
+class SqlLeases:
+    """The session leases of one store on one database (``we0_leases``), through its driver.
 
-
-async def holder(store: Any, session_id: str) -> Optional[str]:
-    """Who holds the session's lease now (None: nobody)."""
-    rows = await store._db.fetchall("lease_get", {"sid": session_id})
-    return rows[0][0] if rows else None
-
-
-async def check(store: Any, lease: Lease) -> None:
-    lease.check()
-    now = await holder(store, lease.session_id)
-    if now != lease.owner:
-        raise lease.mark_lost(now)
-
-
-def _new_row(store: Any, session_id: str, run_id: str, owner: str) -> dict[str, Any]:
-    return {"session_id": session_id, "owner": owner, "host": store._host, "pid": os.getpid(),
-            "run_id": run_id[:64], "expires": time.time() + store.lease_ttl}
-
-
-async def acquire_and_read(store: Any, session_id: str, run_id: str, read: Op) -> tuple[Lease, list[Any]]:
-    """The lease, and the rows of ``read`` as the lease's holder sees them.
-
-    The lease's insert and the read are sent together, the read second (on PostgreSQL one
-    round trip, in one transaction): an insert that wins means nobody held the session, so
-    the read is current. An insert that does not win (a busy session, a lease to take over)
-    takes the usual path, and the read is made again once the lease is held.
+    ``store`` is what each :class:`~we0nb.persistence.base.Lease` is given back to (its
+    ``release_lease``); ``ttl`` and ``renew_every`` are the store's ``lease_ttl`` and ``lease_renew``.
     """
-    owner = lease_owner(run_id)[:256]
-    try:
-        won, rows = await store._both(store._db.execute("lease_insert", _new_row(store, session_id, run_id, owner)),
-                                      store._db.fetchall(*read))
-    except BaseException:
-        await _drop(store, session_id, owner)  # (the insert may have won before the read failed)
-        raise
-    if won == 1:
-        return _held(store, session_id, run_id, owner), rows
-    lease = await acquire(store, session_id, run_id)
-    return lease, await store._db.fetchall(*read)
 
+    def __init__(self, store: LeaseStore, db: Driver, ttl: float, renew_every: float) -> None:
+        self.store, self.db = store, db
+        self.ttl, self.renew_every = ttl, renew_every
+        self.host = socket.gethostname()[:128]
+        self.heartbeats: dict[asyncio.AbstractEventLoop, _Heartbeat] = {}  # loop → its leases' heartbeat
 
-async def _drop(store: Any, session_id: str, owner: str) -> None:
-    """Delete ``owner``'s lease row if there is one, keeping the error under way (the lease
-    then expires by itself, and this process's own runs take it over at once)."""
-    try:
-        await asyncio.shield(store._db.execute("lease_release", {"sid": session_id, "holder": owner}))
-    except BaseException as e:  # (on purpose: the caller raises its own error)
-        log.warning("could not delete the lease row of session %r: %s: %s", session_id, type(e).__name__, e)
+    def guard(self, lease: Lease) -> Guard:
+        """The statement that renews ``lease`` — and changes no row once another run holds it:
+        the guard of the run's commits (:func:`~.driver.held`)."""
+        return (q.LEASE_RENEW, {"sid": lease.session_id, "holder": lease.owner, "expires": time.time() + self.ttl})
 
+    async def holder(self, session_id: str) -> Optional[str]:
+        """Who holds the session's lease now (None: nobody)."""
+        rows = await self.db.fetchall(q.LEASE_GET, {"sid": session_id})
+        return rows[0][0] if rows else None
 
-async def acquire(store: Any, session_id: str, run_id: str) -> Lease:
-    """Take the lease or raise :class:`~we0nb.SessionBusyError`; starts its heartbeat."""
-    db = store._db
-    owner = lease_owner(run_id)[:256]  # the column widths (PostgreSQL enforces them)
-    host = store._host
-    for _ in range(5):
-        new = _new_row(store, session_id, run_id, owner)
-        if await db.execute("lease_insert", new) == 1:
-            break
-        rows = await db.fetchall("lease_get", {"sid": session_id})
-        if not rows:
-            continue  # released in between: try the insert again
-        old_owner, old_host, old_pid, old_expires = rows[0]
-        dead = _owner_gone(old_owner, old_host, int(old_pid), host)
-        if not dead and old_expires >= time.time():
-            raise SessionBusyError(session_id, old_owner)
-        take = dict(new, sid=session_id, old_owner=old_owner, old_expires=old_expires)
-        if await db.execute("lease_take", take) == 1:
-            log.info("took over the lease of session %r from %s (%s)", session_id, old_owner,
-                     "its process is gone" if dead else "it expired")
-            break
-        # someone else changed the row first: look again
-    else:
-        raise SessionBusyError(session_id, None)
-    return _held(store, session_id, run_id, owner)
+    async def check(self, lease: Lease) -> None:
+        lease.check()
+        now = await self.holder(lease.session_id)
+        if now != lease.owner:
+            raise lease.mark_lost(now)
 
+    def held_here(self) -> int:
+        """How many leases are held for runs on the running event loop."""
+        hb = self.heartbeats.get(asyncio.get_running_loop())
+        return len(hb.leases) if hb is not None else 0
 
-def _held(store: Any, session_id: str, run_id: str, owner: str) -> Lease:
-    """The lease just taken: known live in this process, renewed by the loop's heartbeat."""
-    lease = Lease(session_id=session_id, run_id=run_id, owner=owner, persistence=store)
-    LIVE_OWNERS.add(owner)
-    _Heartbeat.of(store).leases[(session_id, owner)] = lease
-    return lease
+    def _new_row(self, session_id: str, run_id: str, owner: str) -> Params:
+        return {"session_id": session_id, "owner": owner, "host": self.host, "pid": os.getpid(),
+                "run_id": run_id[:64], "expires": time.time() + self.ttl}
+
+    async def acquire_and_read(self, session_id: str, run_id: str, read: tuple[Stmt, Params]) -> tuple[Lease, list[Any]]:
+        """The lease, and the rows of ``read`` as the lease's holder sees them.
+
+        The lease's insert and the read are sent together, the read second (on PostgreSQL one
+        round trip; on SQLite one transaction): an insert that wins means nobody held the
+        session, so the read is current. An insert that does not win (a busy session, a lease
+        to take over) takes the usual path, and the read is made again once the lease is held.
+        """
+        owner = lease_owner(run_id)[:256]
+        try:
+            won, rows = await self.db.run([(q.LEASE_INSERT, self._new_row(session_id, run_id, owner), False),
+                                           (read[0], read[1], True)])
+        except BaseException:
+            await self._drop(session_id, owner)  # (the insert may have won before the read failed)
+            raise
+        if won == 1:
+            return self._held(session_id, run_id, owner), rows
+        lease = await self.acquire(session_id, run_id)
+        return lease, await self.db.fetchall(*read)
+
+    async def _drop(self, session_id: str, owner: str) -> None:
+        """Delete ``owner``'s lease row if there is one, keeping the error under way (the lease
+        then expires by itself, and this process's own runs take it over at once)."""
+        try:
+            await asyncio.shield(self.db.execute(q.LEASE_RELEASE, {"sid": session_id, "holder": owner}))
+        except BaseException as e:  # (on purpose: the caller raises its own error)
+            log.warning("could not delete the lease row of session %r: %s: %s", session_id, type(e).__name__, e)
+
+    async def acquire(self, session_id: str, run_id: str) -> Lease:
+        """Take the lease or raise :class:`~we0nb.SessionBusyError`; starts its heartbeat."""
+        owner = lease_owner(run_id)[:256]  # the column widths (PostgreSQL enforces them)
+        for _ in range(5):
+            new = self._new_row(session_id, run_id, owner)
+            if await self.db.execute(q.LEASE_INSERT, new) == 1:
+                break
+            rows = await self.db.fetchall(q.LEASE_GET, {"sid": session_id})
+            if not rows:
+                continue  # released in between: try the insert again
+            old_owner, old_host, old_pid, old_expires = rows[0]
+            dead = _owner_gone(old_owner, old_host, int(old_pid), self.host)
+            if not dead and old_expires >= time.time():
+                raise SessionBusyError(session_id, old_owner)
+            take = dict(new, sid=session_id, old_owner=old_owner, old_expires=old_expires)
+            if held(await self.db.execute(q.LEASE_TAKE, take)):
+                log.info("took over the lease of session %r from %s (%s)", session_id, old_owner,
+                         "its process is gone" if dead else "it expired")
+                break
+            # someone else changed the row first: look again
+        else:
+            raise SessionBusyError(session_id, None)
+        return self._held(session_id, run_id, owner)
+
+    def _held(self, session_id: str, run_id: str, owner: str) -> Lease:
+        """The lease just taken: known live in this process, renewed by the loop's heartbeat."""
+        lease = Lease(session_id=session_id, run_id=run_id, owner=owner, persistence=self.store)
+        LIVE_OWNERS.add(owner)
+        _Heartbeat.of(self).leases[(session_id, owner)] = lease
+        return lease
+
+    async def renew(self, lease: Lease, held_now: dict[tuple[str, str], Lease]) -> bool:
+        """Renew one lease; False when another run holds it now (the lease is then marked lost)."""
+        stmt, params = self.guard(lease)
+        try:
+            n = await self.db.execute(stmt, params)
+            if n == 0:
+                taken_by = await self.holder(lease.session_id)
+        except PersistenceError as e:  # a busy or unreachable database: try again at the next tick
+            log.warning("could not renew the lease of session %r: %s", lease.session_id, e)
+            return True
+        if n != 0:
+            return True
+        if held_now.get((lease.session_id, lease.owner)) is not lease:
+            return False  # released while its renewal was on the way: nothing was lost
+        lease.mark_lost(taken_by)
+        log.warning("the lease of session %r (%s) was taken over by %s", lease.session_id, lease.owner,
+                    taken_by or "nobody (it was released)")
+        return False
+
+    async def release(self, lease: Lease) -> None:
+        LIVE_OWNERS.discard(lease.owner)
+        key = (lease.session_id, lease.owner)
+        for loop, hb in list(self.heartbeats.items()):
+            if hb.leases.pop(key, None) is not None and not hb.leases:  # the loop's last lease
+                del self.heartbeats[loop]
+                if not hb.task.done():
+                    try:
+                        hb.task.cancel()
+                    except RuntimeError:  # its event loop is closed: the task is gone with it
+                        pass
+        await self.db.execute(q.LEASE_RELEASE, {"sid": lease.session_id, "holder": lease.owner})
 
 
 def _owner_gone(old_owner: str, old_host: str, old_pid: int, host: str) -> bool:
@@ -153,77 +198,37 @@ def _owner_gone(old_owner: str, old_host: str, old_pid: int, host: str) -> bool:
 
 class _Heartbeat:
     """The renewal of every lease a store holds on one event loop, in one task: started with
-    the loop's first lease, stopped with its last (``store._heartbeats``: loop → heartbeat)."""
+    the loop's first lease, stopped with its last (:attr:`SqlLeases.heartbeats`: loop → heartbeat)."""
 
     __slots__ = ("leases", "task")
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, owner: SqlLeases) -> None:
         self.leases: dict[tuple[str, str], Lease] = {}  # (session id, owner) → lease
-        self.task = asyncio.ensure_future(self._run(store))
+        self.task = asyncio.ensure_future(self._run(owner))
 
     @staticmethod
-    def of(store: Any) -> "_Heartbeat":
+    def of(owner: SqlLeases) -> "_Heartbeat":
         loop = asyncio.get_running_loop()
-        beats: dict[Any, _Heartbeat] = store._heartbeats
+        beats = owner.heartbeats
         hb = beats.get(loop)
         if hb is None or hb.task.done():
             for gone in [lp for lp in beats if lp.is_closed()]:  # left by a loop closed mid-run
                 del beats[gone]
-            old, hb = hb, _Heartbeat(store)
+            old, hb = hb, _Heartbeat(owner)
             if old is not None:
                 hb.leases.update(old.leases)
             beats[loop] = hb
         return hb
 
-    async def _run(self, store: Any) -> None:
+    async def _run(self, owner: SqlLeases) -> None:
         while self.leases:
-            await asyncio.sleep(store.lease_renew)
-            held = list(self.leases.items())
+            await asyncio.sleep(owner.renew_every)
+            held_now = list(self.leases.items())
             # all at once: on PostgreSQL they go to the server together (one round trip, not one each)
-            renewed = await asyncio.gather(*(_renew(store, lease, self.leases) for _, lease in held))
-            for (key, lease), ok in zip(held, renewed):
+            renewed = await asyncio.gather(*(owner.renew(lease, self.leases) for _, lease in held_now))
+            for (key, lease), ok in zip(held_now, renewed):
                 if not ok and self.leases.get(key) is lease:
                     self.leases.pop(key, None)
         loop = asyncio.get_running_loop()
-        if store._heartbeats.get(loop) is self:  # every lease here was lost
-            del store._heartbeats[loop]
-
-
-def held_here(store: Any) -> int:
-    """How many leases the store holds for runs on the running event loop."""
-    hb = store._heartbeats.get(asyncio.get_running_loop())
-    return len(hb.leases) if hb is not None else 0
-
-
-async def _renew(store: Any, lease: Lease, held: dict[tuple[str, str], Lease]) -> bool:
-    """Renew one lease; False when another run holds it now (the lease is then marked lost)."""
-    key, params = renewal(store, lease)
-    try:
-        n = await store._db.execute(key, params)
-        if n == 0:
-            taken_by = await holder(store, lease.session_id)
-    except PersistenceError as e:  # a busy or unreachable database: try again at the next tick
-        log.warning("could not renew the lease of session %r: %s", lease.session_id, e)
-        return True
-    if n != 0:
-        return True
-    if held.get((lease.session_id, lease.owner)) is not lease:
-        return False  # released while its renewal was on the way: nothing was lost
-    lease.mark_lost(taken_by)
-    log.warning("the lease of session %r (%s) was taken over by %s", lease.session_id, lease.owner,
-                taken_by or "nobody (it was released)")
-    return False
-
-
-async def release(store: Any, lease: Lease) -> None:
-    LIVE_OWNERS.discard(lease.owner)
-    key = (lease.session_id, lease.owner)
-    for loop, hb in list(store._heartbeats.items()):
-        if hb.leases.pop(key, None) is not None and not hb.leases:  # the loop's last lease
-            del store._heartbeats[loop]
-            if not hb.task.done():
-                try:
-                    hb.task.cancel()
-                except RuntimeError:  # its event loop is closed: the task is gone with it
-                    pass
-    await store._db.execute("lease_release", {"sid": lease.session_id, "holder": lease.owner})
+        if owner.heartbeats.get(loop) is self:  # every lease here was lost
+            del owner.heartbeats[loop]

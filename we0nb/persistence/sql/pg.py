@@ -5,9 +5,8 @@ and its events; on these 2-core machines that was ~0.65 ms of client CPU per aut
 statement against ~0.17 ms on the bare connection (W7 of ``shared/BENCH.md`` runs ~70
 statements per item, and a batch is CPU-bound on one event loop). The statements are the
 same precompiled text (:mod:`.statements`, psycopg's ``%(name)s`` style) and the interface
-is :class:`~.engine.AsyncEngines`' (``execute``, ``fetchall``, ``transaction``, ``close``);
-the schema is made by the synchronous engine (:meth:`SqlPersistence.sync_engine`) in a
-worker thread, once per instance.
+is the :class:`~.driver.Driver`; the schema is made by the synchronous engine
+(:meth:`~.database.Database.sync_engine`) in a worker thread, once per instance.
 
 Connections are bound to the event loop that opened them, so there is one small pool per
 running loop; each connection runs in autocommit (a single statement is one round trip),
@@ -22,12 +21,12 @@ import asyncio
 import weakref
 from typing import Any, Optional, Sequence
 
-from .engine import GuardFailed
+from .database import Database, pg_settings
+from .driver import Call, Guard, Op, Params, guarded
 from .errors import driver_errors, wrap
-from .inline import Op
 from .loops import at_shutdown, running_loop
 from .pg_group import GroupCommit
-from .statements import statements
+from .statements import Stmt, compiled
 
 __all__ = ["PgConnections", "NATIVE_OPTIONS"]
 
@@ -46,76 +45,79 @@ class _Pool:
 
 
 class PgConnections:
-    """Pools of psycopg ``AsyncConnection`` per running event loop, for one SqlPersistence."""
+    """The PostgreSQL :class:`~.driver.Driver`: pools of psycopg ``AsyncConnection`` per running event loop."""
 
-    def __init__(self, owner: Any):
-        self.owner = owner  # the SqlPersistence: URL, schema, synchronous, sync_engine()
-        self.where = owner._where
-        self.sql = statements("postgresql")
-        opts = owner._engine_options
+    dialect = "postgresql"
+
+    def __init__(self, db: Database):
+        self.db = db
+        self.where = db.where
+        self.sql = compiled("postgresql")
+        opts = db.engine_options
         self.size = max(1, int(opts.get("pool_size", 5)) + int(opts.get("max_overflow", 10)))
         self.connect_args = dict(opts.get("connect_args", {}))
-        self.conninfo = owner._sync_url.set(drivername="postgresql").render_as_string(hide_password=False)
-        self.settings = []
-        if owner.schema is not None:
-            self.settings.append(f'SET search_path TO "{owner.schema}"')
-        self.settings.append("SET synchronous_commit TO " + ("off" if owner.synchronous in ("OFF", "NORMAL") else "on"))
+        self.conninfo = db.sync_url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self.settings = pg_settings(db.schema, db.synchronous)
         self.pools: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool]" = weakref.WeakKeyDictionary()
         self.guards: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]" = weakref.WeakKeyDictionary()
         self.ready = False
 
-    # ------------------------------------------------------------------ the async interface
+    # ------------------------------------------------------------------ the driver
+
+    async def execute(self, stmt: Stmt, params: Params) -> int:
+        """One statement (sent with the others of this moment: :mod:`.pg_group`); its row count."""
+        return int(await (await self.pool()).group.statement(stmt, params, rows=False))
+
+    async def fetchall(self, stmt: Stmt, params: Params) -> list[Any]:
+        """One query (sent with the others of this moment); its rows."""
+        return list(await (await self.pool()).group.statement(stmt, params, rows=True))
+
+    async def run(self, calls: Sequence[Call]) -> list[Any]:
+        """Sent at once: they go to the server together, in this order (one round trip)."""
+        group = (await self.pool()).group  # (ready first: each statement is then queued in order)
+        return list(await asyncio.gather(*(group.statement(stmt, params, rows) for stmt, params, rows in calls)))
+
+    async def commit(self, ops: Sequence[Op], guard: Optional[Guard], *, crowded: bool) -> bool:
+        """:meth:`transaction`, sent together with the other runs' commits of this moment
+        (:mod:`.pg_group`); the same outcome, fewer round trips."""
+        if guard is None or not GroupCommit.takes(ops, guard):
+            return await self.transaction(ops, guard)
+        pool = await self.pool()
+        return await pool.group.commit(ops, guard)
+
+    async def transaction(self, ops: Sequence[Op], guard: Optional[Guard] = None) -> bool:
+        async with _Lent(self) as conn:
+            async with conn.transaction():
+                cur = conn.cursor()
+
+                async def step(stmt: Stmt, params: Any) -> int:
+                    if isinstance(params, list):
+                        await cur.executemany(self.sql[stmt], params)
+                    else:
+                        await cur.execute(self.sql[stmt], params)
+                    return int(cur.rowcount)
+
+                return await guarded(step, ops, guard)
+
+    def read_now(self, queries: Sequence[tuple[Stmt, Params]]) -> Optional[list[list[Any]]]:
+        return None
+
+    # ------------------------------------------------------------------ for the group commit
 
     def lend(self) -> "_Lent":
         """``async with conns.lend() as conn``: one connection of this loop's pool."""
         return _Lent(self)
 
-    async def commit(self, ops: Sequence[Op], guard: Optional[Op] = None) -> bool:
-        """:meth:`transaction`, sent together with the other runs' commits of this moment
-        (:mod:`.pg_group`); the same outcome, fewer round trips."""
-        if not GroupCommit.takes(ops, guard):
-            return await self.transaction(ops, guard)
-        pool = await self.pool()
-        return await pool.group.commit(ops, guard)
-
-    async def execute(self, key: str, params: dict[str, Any]) -> int:
-        """One statement (sent with the others of this moment: :mod:`.pg_group`); its row count."""
-        return await (await self.pool()).group.statement(key, params, rows=False)
-
-    async def fetchall(self, key: str, params: dict[str, Any]) -> list[Any]:
-        """One query (sent with the others of this moment); its rows."""
-        return await (await self.pool()).group.statement(key, params, rows=True)
-
-    async def execute_now(self, key: str, params: dict[str, Any]) -> int:
+    async def execute_now(self, stmt: Stmt, params: Params) -> int:
         """One statement on a connection of its own (prepared by psycopg once it recurs)."""
         async with _Lent(self) as conn:
-            cur = await conn.execute(self.sql[key], params)
-            return cur.rowcount
+            cur = await conn.execute(self.sql[stmt], params)
+            return int(cur.rowcount)
 
-    async def fetchall_now(self, key: str, params: dict[str, Any]) -> list[Any]:
+    async def fetchall_now(self, stmt: Stmt, params: Params) -> list[Any]:
         async with _Lent(self) as conn:
-            cur = await conn.execute(self.sql[key], params)
-            return await cur.fetchall()
-
-    async def transaction(self, ops: Sequence[Op], guard: Optional[Op] = None) -> bool:
-        """``ops`` in one transaction; ``guard`` first, which must change one row (else False)."""
-        try:
-            async with _Lent(self) as conn:
-                async with conn.transaction():
-                    cur = conn.cursor()
-                    if guard is not None:
-                        await cur.execute(self.sql[guard[0]], guard[1])
-                        if cur.rowcount != 1:
-                            raise GuardFailed
-                    for key, params in ops:
-                        if isinstance(params, list):
-                            if params:
-                                await cur.executemany(self.sql[key], params)
-                        else:
-                            await cur.execute(self.sql[key], params)
-        except GuardFailed:
-            return False
-        return True
+            cur = await conn.execute(self.sql[stmt], params)
+            return list(await cur.fetchall())
 
     async def close(self) -> None:
         """Close this loop's connections; another loop's are dropped (they cannot be closed from here)."""
@@ -137,17 +139,10 @@ class PgConnections:
                 self.pools.pop(old, None)  # connections of a closed loop: nothing can close them now
             await self._guard(loop, pool)
         if not self.ready:
-            await asyncio.to_thread(self._ensure_schema)
+            await asyncio.to_thread(self.db.ensure_schema)  # (once per instance)
             self.ready = True
         return pool
 
-    def _ensure_schema(self) -> None:
-        """Create or upgrade the schema through the synchronous engine (once per instance); an
-        engine made for this leaves no idle connection behind (it reconnects when used again)."""
-        made_here = self.owner._sync_engine is None
-        eng = self.owner.sync_engine()
-        if made_here:
-            eng.dispose()
 
     async def connect(self) -> Any:
         import psycopg

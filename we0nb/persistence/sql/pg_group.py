@@ -10,10 +10,11 @@ How: :meth:`GroupCommit.commit` queues the commit and waits. While no send is un
 one starts at once with everything queued (so a lone commit waits for nobody); commits that
 arrive during a send go together in the next one. A send is up to four statements in one
 simple query, which PostgreSQL runs as one transaction: the renewal of every lease of the
-group (``RETURNING`` the sessions whose lease was still held), then every session row, every
-part and every message — each row written only ``WHERE EXISTS`` its run's lease, which the
-renewal has just locked, so the answer cannot change before the commit. A commit whose lease was not renewed
-wrote nothing (its lease was lost), exactly as on the one-commit path. Parts go before
+group (``RETURNING`` the sessions whose lease was still held: a commit's guard :func:`~.driver.held`
+when its session's row came back once), then every session row, every part and every message —
+each row written only ``WHERE EXISTS`` its run's lease, which the renewal has just locked, so the
+answer cannot change before the commit. A commit whose lease was not renewed wrote nothing (its
+lease was lost), exactly as on the one-commit path. Parts go before
 messages as there: writing a part drops its message's stored view (a trigger), and the
 message's write then stores the new one. A row written twice in a group keeps the later write.
 One send is under way at a time, so commits land in the order they were made; a commit once
@@ -30,20 +31,28 @@ the server reads standard strings, else by psycopg's ``ClientCursor.mogrify``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from sqlalchemy import String
 
+from . import statements as q
 from . import tables as S
-from .inline import Op
+from .driver import Guard, Op, Params, held
+from .statements import Stmt
+
+if TYPE_CHECKING:
+    from .pg import PgConnections
 
 __all__ = ["GroupCommit"]
 
 #: the most entries (commits, single statements) one send carries
 MAX_COMMITS = 256
-#: the statements a grouped commit may hold (their rows are written by one statement each)
-_ROWS = ("upsert_session", "upsert_part", "upsert_message")
+#: the statements a grouped commit may hold (their rows are written by one statement each), in the
+#: order they are sent (parts before messages: a part drops its message's view)
+_ROWS = (q.UPSERT_SESSION, q.UPSERT_PART, q.UPSERT_MESSAGE)
+_TABLES = {q.UPSERT_SESSION: S.sessions, q.UPSERT_PART: S.parts, q.UPSERT_MESSAGE: S.messages}
 
 
 class _Commit:
@@ -51,17 +60,17 @@ class _Commit:
 
     __slots__ = ("ops", "guard", "done")
 
-    def __init__(self, ops: Sequence[Op], guard: Op, done: asyncio.Future):
+    def __init__(self, ops: Sequence[Op], guard: Guard, done: asyncio.Future):
         self.ops, self.guard, self.done = ops, guard, done
 
 
 class _Statement:
     """One statement on its own; the result is its rows (``rows``) or its row count."""
 
-    __slots__ = ("key", "params", "rows", "done")
+    __slots__ = ("stmt", "params", "rows", "done")
 
-    def __init__(self, key: str, params: dict[str, Any], rows: bool, done: asyncio.Future):
-        self.key, self.params, self.rows, self.done = key, params, rows, done
+    def __init__(self, stmt: Stmt, params: Params, rows: bool, done: asyncio.Future):
+        self.stmt, self.params, self.rows, self.done = stmt, params, rows, done
 
 
 _Entry = Union[_Commit, _Statement]
@@ -71,22 +80,22 @@ class GroupCommit:
     """The queue of one event loop's commits and single statements for one
     :class:`~.pg.PgConnections`."""
 
-    def __init__(self, conns: Any):
-        self.conns = conns  # PgConnections: lend(), transaction(), the statements
+    def __init__(self, conns: "PgConnections"):
+        self.conns = conns
         self.queue: list[_Entry] = []
         self.sender: Optional[asyncio.Future] = None  # the task sending, while there is one
 
     @staticmethod
-    def takes(ops: Sequence[Op], guard: Optional[Op]) -> bool:
+    def takes(ops: Sequence[Op], guard: Optional[Guard]) -> bool:
         """Can this commit go in a group (a lease renewal as its guard, then parts and messages)?"""
-        return guard is not None and guard[0] == "lease_renew" and all(k in _ROWS for k, _ in ops)
+        return guard is not None and guard[0] is q.LEASE_RENEW and all(k in _TABLES for k, _ in ops)
 
-    async def commit(self, ops: Sequence[Op], guard: Op) -> bool:
+    async def commit(self, ops: Sequence[Op], guard: Guard) -> bool:
         return await self._queued(_Commit(ops, guard, asyncio.get_running_loop().create_future()))
 
-    async def statement(self, key: str, params: dict[str, Any], rows: bool) -> Any:
+    async def statement(self, stmt: Stmt, params: Params, rows: bool) -> Any:
         """One statement, sent with the others of this moment: its rows, or its row count."""
-        return await self._queued(_Statement(key, params, rows, asyncio.get_running_loop().create_future()))
+        return await self._queued(_Statement(stmt, params, rows, asyncio.get_running_loop().create_future()))
 
     async def _queued(self, entry: _Entry) -> Any:
         done = entry.done
@@ -127,11 +136,12 @@ class GroupCommit:
                 e.done.set_result(result)
 
     async def _alone(self, e: _Entry) -> None:
+        result: Any
         try:
             if isinstance(e, _Commit):
                 result = await self.conns.transaction(e.ops, e.guard)
             else:
-                result = await (self.conns.fetchall_now if e.rows else self.conns.execute_now)(e.key, e.params)
+                result = await (self.conns.fetchall_now if e.rows else self.conns.execute_now)(e.stmt, e.params)
         except Exception as exc:
             if not e.done.done():
                 e.done.set_exception(exc)
@@ -146,7 +156,7 @@ class GroupCommit:
         statements = [e for e in group if isinstance(e, _Statement)]
         commits = [e for e in group if isinstance(e, _Commit)]
         leases: list[tuple[Any, ...]] = []
-        rows: dict[str, dict[str, tuple[Any, ...]]] = {key: {} for key in _ROWS}
+        rows: dict[Stmt, dict[str, tuple[Any, ...]]] = {stmt: {} for stmt in _ROWS}
         for c in commits:
             lease = c.guard[1]
             sid, holder = lease["sid"], lease["holder"]
@@ -161,7 +171,7 @@ class GroupCommit:
         async with self.conns.lend() as conn:
             cur = AsyncClientCursor(conn)
             standard = conn.info.parameter_status("standard_conforming_strings") == "on"
-            text = [_bind(cur, sql[e.key], e.params, standard) for e in sent]
+            text = [_bind(cur, sql[e.stmt], e.params, standard) for e in sent]
             if commits:
                 text.append(_renew_all(cur, leases, standard))
                 for key, table in rows.items():  # (parts before messages: a part drops its message's view)
@@ -180,11 +190,11 @@ class GroupCommit:
                     k = m.params["n"]
                     out[id(m)], got = got[:k], got[k:]
             if commits:
-                renewed = {r[0] for r in await cur.fetchall()}
+                renewed = collections.Counter(r[0] for r in await cur.fetchall())  # rows renewed, by session
                 while cur.nextset():
                     pass
                 for c in commits:
-                    out[id(c)] = c.guard[1]["sid"] in renewed
+                    out[id(c)] = held(renewed[c.guard[1]["sid"]])
         return [out[id(e)] for e in group]
 
 
@@ -195,7 +205,7 @@ def _merge_claims(statements: list[_Statement]) -> tuple[list[_Statement], list[
     sent: list[_Statement] = []
     by_worker: dict[tuple[Any, ...], list[_Statement]] = {}
     for e in statements:
-        if e.key == "batch_claim":
+        if e.stmt is q.BATCH_CLAIM:
             p = e.params
             members = by_worker.setdefault((p["b"], p["owner"], p["host"], p["pid"]), [])
             members.append(e)
@@ -206,7 +216,7 @@ def _merge_claims(statements: list[_Statement]) -> tuple[list[_Statement], list[
     for members in by_worker.values():
         if len(members) > 1:
             first = members[0]
-            merged = _Statement(first.key, dict(first.params, n=sum(m.params["n"] for m in members)), True,
+            merged = _Statement(first.stmt, dict(first.params, n=sum(m.params["n"] for m in members)), True,
                                 first.done)
             sent[sent.index(first)] = merged
             shares.append((merged, members))
@@ -268,26 +278,22 @@ def _renew_all(cur: Any, leases: Sequence[tuple[str, str, float]], standard: boo
             "WHERE l.session_id = v.sid AND l.owner = v.holder RETURNING l.session_id")
 
 
-def _table(key: str) -> Any:
-    return {"upsert_session": S.sessions, "upsert_part": S.parts, "upsert_message": S.messages}[key]
+@functools.lru_cache(maxsize=None)
+def _columns(stmt: Stmt) -> tuple[str, ...]:
+    return tuple(c.name for c in _TABLES[stmt].columns)
 
 
 @functools.lru_cache(maxsize=None)
-def _columns(key: str) -> tuple[str, ...]:
-    return tuple(c.name for c in _table(key).columns)
-
-
-@functools.lru_cache(maxsize=None)
-def _upsert_parts(key: str) -> tuple[str, str, str]:
+def _upsert_parts(stmt: Stmt) -> tuple[str, str, str]:
     """``(head, row template, tail)`` of the conditional upsert of many rows into ``key``'s table.
 
     Every value is cast: a VALUES list has no column types to infer them from (strings to an
     unbounded type, since a cast to ``VARCHAR(n)`` would cut silently where the insert refuses)."""
     from sqlalchemy.dialects import postgresql
 
-    t = _table(key)
+    t = _TABLES[stmt]
     d = postgresql.dialect()
-    names = list(_columns(key))
+    names = list(_columns(stmt))
     casts = ", ".join(
         f"CAST(v.{n} AS {(String() if isinstance(c.type, String) else c.type).compile(dialect=d)})"
         for n, c in zip(names, t.columns))
@@ -300,7 +306,7 @@ def _upsert_parts(key: str) -> tuple[str, str, str]:
     return head, template, tail
 
 
-def _upsert_all(cur: Any, key: str, rows: Sequence[tuple[Any, ...]], standard: bool) -> str:
+def _upsert_all(cur: Any, stmt: Stmt, rows: Sequence[tuple[Any, ...]], standard: bool) -> str:
     """Upsert ``rows`` (each ``(session id, lease holder, *columns)``) where that lease is held."""
-    head, template, tail = _upsert_parts(key)
+    head, template, tail = _upsert_parts(stmt)
     return head + _values(cur, template, rows, standard) + tail

@@ -26,8 +26,9 @@ from typing import Any, Iterator, Optional, Protocol
 from sqlalchemy.schema import CreateIndex, CreateSchema, CreateTable
 
 from ...errors import PersistenceError, SchemaVersionError
+from . import statements as q
 from . import tables as S
-from .statements import _dialect, statements
+from .statements import Stmt, _dialect, compiled
 
 __all__ = ["ensure_schema", "SqliteDb", "ConnectionDb", "check_version"]
 
@@ -39,11 +40,16 @@ _PG_LOCK = 0x7765306E62
 
 
 class SchemaDb(Protocol):
-    dialect: str
-    where: str
-    pg_schema: Optional[str]
+    @property
+    def dialect(self) -> str: ...
 
-    def rows(self, key: str, params: dict[str, Any]) -> list[Any]: ...
+    @property
+    def where(self) -> str: ...
+
+    @property
+    def pg_schema(self) -> Optional[str]: ...
+
+    def rows(self, stmt: Stmt, params: dict[str, Any]) -> list[Any]: ...
 
     def run(self, sql: str) -> None: ...
 
@@ -64,14 +70,14 @@ def ensure_schema(db: SchemaDb) -> None:
         elif version < S.SCHEMA_VERSION:
             for sql in upgrade(version, db.dialect):
                 db.run(sql)
-            db.rows("version_update", {"key": VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
+            db.rows(q.VERSION_UPDATE, {"key": VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
             log.info("upgraded %s from we0nb schema version %s to %s", db.where, version, S.SCHEMA_VERSION)
 
 
 def _version(db: SchemaDb) -> Optional[int]:
-    if not db.rows("has_table", {"name": S.meta.name}):
+    if not db.rows(q.HAS_TABLE, {"name": S.meta.name}):
         return None
-    row = db.rows("version_get", {"key": VERSION_KEY})
+    row = db.rows(q.VERSION_GET, {"key": VERSION_KEY})
     return check_version(row[0][0], db.where) if row else None
 
 
@@ -102,7 +108,7 @@ def _create(db: SchemaDb) -> None:
             db.run(str(CreateIndex(index, if_not_exists=True).compile(dialect=d)))
     for sql in triggers(db.dialect):
         db.run(sql)
-    db.rows("version_set", {"key": VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
+    db.rows(q.VERSION_SET, {"key": VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
 
 
 # --------------------------------------------------------------------------- DDL beyond the tables
@@ -170,14 +176,14 @@ class SqliteDb:
     """A ``sqlite3`` connection in autocommit mode; :meth:`exclusive` is ``BEGIN IMMEDIATE``."""
 
     dialect = "sqlite"
-    pg_schema = None
+    pg_schema: Optional[str] = None
 
     def __init__(self, conn: sqlite3.Connection, where: str):
         self.conn, self.where = conn, where
-        self._sql = statements("sqlite")
+        self._sql = compiled("sqlite")
 
-    def rows(self, key: str, params: dict[str, Any]) -> list[Any]:
-        return self.conn.execute(self._sql[key], params).fetchall()
+    def rows(self, stmt: Stmt, params: dict[str, Any]) -> list[Any]:
+        return self.conn.execute(self._sql[stmt], params).fetchall()
 
     def run(self, sql: str) -> None:
         self.conn.execute(sql)
@@ -201,10 +207,10 @@ class ConnectionDb:
         self.conn, self.where = conn, where
         self.dialect = "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
         self.pg_schema = pg_schema
-        self._sql = statements(self.dialect)
+        self._sql = compiled(self.dialect)
 
-    def rows(self, key: str, params: dict[str, Any]) -> list[Any]:
-        result = self.conn.exec_driver_sql(self._sql[key], params)
+    def rows(self, stmt: Stmt, params: dict[str, Any]) -> list[Any]:
+        result = self.conn.exec_driver_sql(self._sql[stmt], params)
         return list(result.all()) if result.returns_rows else []
 
     def run(self, sql: str) -> None:

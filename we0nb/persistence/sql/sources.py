@@ -42,7 +42,7 @@ def read_error(e: BaseException, where: str, dialect: str, *, opening: bool = Fa
     return wrap(getattr(e, "orig", None) or e, where)
 
 
-def driver_errors() -> tuple[type, ...]:
+def driver_errors() -> tuple[type[BaseException], ...]:
     """The exceptions a database driver raises (through SQLAlchemy or not)."""
     import sqlalchemy.exc
 
@@ -75,7 +75,8 @@ def engine_for(source: Any) -> Optional[Source]:
         factory = getattr(source, "sync_engine", None)
         if not callable(factory):
             return None
-        url = sa.engine.make_url(source.url)
+        store: Any = source  # (a SqlPersistence: it has a sync_engine)
+        url = sa.engine.make_url(store.url)
         _check_file(url, may_be_missing=True)  # SqlPersistence creates its file, never its folder
         try:
             return Source(factory(), owned=False, check=False)

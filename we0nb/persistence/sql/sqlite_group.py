@@ -11,24 +11,27 @@ How: :meth:`SqliteGroup.commit` queues the commit and waits; the queue is writte
 loop's next pass (a callback), in one ``BEGIN IMMEDIATE … COMMIT``: for each commit its guard
 (the lease renewal) and, when that changed its row, its rows. A commit whose guard changed
 nothing writes nothing (its lease was lost), exactly as alone. Only runs that are not alone
-wait for a pass: :class:`~.store.SqlPersistence` sends a commit here while other runs of this
-loop hold leases on the store, else straight to :meth:`~.inline.InlineSqlite.commit`.
+wait for a pass: :meth:`~.inline.InlineSqlite.commit` sends a commit here when it is *crowded*
+(other runs of this loop hold leases on the store), else writes it at once.
 
 A group that fails on an error writes nothing, and each of its commits is then tried alone,
 so the error reaches only the commit that caused it; a group that finds the database locked
 waits (the async back-off) as one. A commit once queued is written even if its caller is
 cancelled meanwhile (the run's writer keeps those rows and sends them again: upserts, so
 twice is harmless; dropped, they could be lost). Queues are per event loop; a queue left by a
-loop that closed before its pass is written with the next group. While the loop has a writer
-process (:mod:`.sqlite_writer`), commits go there instead, and the group forms in it.
+loop that closed before its pass is written with the next group.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from .inline import Busy, InlineSqlite, Op
+from .driver import Guard, Op
+from .errors import Busy
+
+if TYPE_CHECKING:
+    from .inline import InlineSqlite
 
 __all__ = ["SqliteGroup"]
 
@@ -36,18 +39,18 @@ __all__ = ["SqliteGroup"]
 class _Commit:
     __slots__ = ("ops", "guard", "done")
 
-    def __init__(self, ops: Sequence[Op], guard: Optional[Op], done: "asyncio.Future[bool]"):
+    def __init__(self, ops: Sequence[Op], guard: Optional[Guard], done: "asyncio.Future[bool]"):
         self.ops, self.guard, self.done = ops, guard, done
 
 
 class SqliteGroup:
     """The queued commits of each event loop, for one :class:`~.inline.InlineSqlite`."""
 
-    def __init__(self, db: InlineSqlite):
+    def __init__(self, db: "InlineSqlite"):
         self.db = db
         self.queues: dict[asyncio.AbstractEventLoop, list[_Commit]] = {}
 
-    async def commit(self, ops: Sequence[Op], guard: Optional[Op]) -> bool:
+    async def commit(self, ops: Sequence[Op], guard: Optional[Guard]) -> bool:
         """``ops`` after ``guard`` (as :meth:`InlineSqlite.transaction`), with the others of this pass."""
         loop = asyncio.get_running_loop()
         entry = _Commit(ops, guard, loop.create_future())

@@ -1,10 +1,12 @@
-"""Every statement SqlPersistence runs, compiled once per dialect from the Core tables.
+"""Every statement SqlPersistence runs: named constants, compiled once per dialect from the Core tables.
 
-The statements are SQLAlchemy Core constructs over :mod:`.tables` (upserts through the
-dialects' ``insert().on_conflict_do_update``), compiled to SQL text for the driver's own
-parameter style: sqlite3's ``:name``, psycopg's ``%(name)s``. Both database paths run the
-same text (``inline.py`` through ``sqlite3``, ``engine.py`` through ``exec_driver_sql``):
-compiled once, no SQLAlchemy compilation per call on the hot path.
+Each statement is a :class:`Stmt` constant (``UPSERT_PART``, ``LEASE_RENEW`` …): code names the
+statement it runs, and a driver looks its text up in :func:`compiled` (a dict keyed by the
+constants). The statements are SQLAlchemy Core constructs over :mod:`.tables` (upserts through
+the dialects' ``insert().on_conflict_do_update``), compiled to SQL text for the driver's own
+parameter style: sqlite3's ``:name``, psycopg's ``%(name)s``. Every driver runs the same text
+(``inline.py`` through ``sqlite3``, ``pg.py`` through psycopg, ``engine.py`` through
+``exec_driver_sql``): compiled once, no SQLAlchemy compilation per call on the hot path.
 
 Parameter names: an insert or upsert takes the row (:func:`session_row` …, the column
 names); an update's new values are named after their columns; the other values are named
@@ -23,7 +25,61 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from . import tables as S
 
-__all__ = ["statements", "session_row", "message_row", "part_row"]
+__all__ = ["Stmt", "compiled", "session_row", "message_row", "part_row"]
+
+
+class Stmt:
+    """A statement, by name (its text per dialect: :func:`compiled`). Compared by identity."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<statement {self.name}>"
+
+
+# sessions, messages, parts
+UPSERT_SESSION = Stmt("upsert_session")
+UPSERT_MESSAGE = Stmt("upsert_message")
+UPSERT_PART = Stmt("upsert_part")
+GET_SESSION = Stmt("get_session")
+LIST_SESSIONS = Stmt("list_sessions")
+LOAD_MESSAGES = Stmt("load_messages")
+LOAD_PARTS = Stmt("load_parts")
+RECENT_INDEX = Stmt("recent_index")
+LOAD_MESSAGES_FROM = Stmt("load_messages_from")
+LOAD_PARTS_FROM = Stmt("load_parts_from")
+DELETE_PARTS = Stmt("delete_parts")
+DELETE_MESSAGE = Stmt("delete_message")
+# the session lease
+LEASE_INSERT = Stmt("lease_insert")
+LEASE_GET = Stmt("lease_get")
+LEASE_TAKE = Stmt("lease_take")
+LEASE_RENEW = Stmt("lease_renew")
+LEASE_RELEASE = Stmt("lease_release")
+# the schema
+VERSION_GET = Stmt("version_get")
+VERSION_SET = Stmt("version_set")
+VERSION_UPDATE = Stmt("version_update")
+WRITE_PROBE = Stmt("write_probe")
+HAS_TABLE = Stmt("has_table")
+# batches
+BATCH_INSERT = Stmt("batch_insert")
+BATCH_GET = Stmt("batch_get")
+BATCH_LIST = Stmt("batch_list")
+BATCH_ITEM_INSERT = Stmt("batch_item_insert")
+BATCH_PROMPTS = Stmt("batch_prompts")
+BATCH_CLAIM = Stmt("batch_claim")
+BATCH_RENEW = Stmt("batch_renew")
+BATCH_END = Stmt("batch_end")
+BATCH_REQUEUE = Stmt("batch_requeue")
+BATCH_OWNERS = Stmt("batch_owners")
+BATCH_FREE = Stmt("batch_free")
+BATCH_ITEMS = Stmt("batch_items")
+BATCH_COUNTS = Stmt("batch_counts")
+BATCH_COUNTS_ALL = Stmt("batch_counts_all")
 
 
 # --------------------------------------------------------------------------- rows
@@ -62,11 +118,13 @@ def _upsert(insert: Any, t: Any, key: str) -> Any:
                                       set_={c.name: stmt.excluded[c.name] for c in t.columns if c.name != key})
 
 
-def _constructs(insert: Any, dialect: str) -> dict[str, tuple[Any, Optional[list[str]]]]:
+def _constructs(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Optional[list[str]]]]:
     """``key → (statement, the columns an UPDATE sets or None)``."""
-    sid, mid = bindparam("sid"), bindparam("mid")
+    sid: Any = bindparam("sid")
+    mid: Any = bindparam("mid")
     M, P, L, meta = S.messages, S.parts, S.leases, S.meta
     lease_is_ours = (L.c.session_id == sid) & (L.c.owner == bindparam("holder"))
+    has_table: Any
     if dialect == "sqlite":
         master = table("sqlite_master", column("type"), column("name"))
         has_table = select(literal_column("1")).where(master.c.type == literal_column("'table'"), master.c.name == bindparam("name"))
@@ -75,34 +133,34 @@ def _constructs(insert: Any, dialect: str) -> dict[str, tuple[Any, Optional[list
         has_table = select(literal_column("1")).where(tables.c.table_schema == func.current_schema(),
                                                       tables.c.table_name == bindparam("name"))
     return {
-        "upsert_session": (_upsert(insert, S.sessions, "id"), None),
-        "upsert_message": (_upsert(insert, M, "id"), None),
-        "upsert_part": (_upsert(insert, P, "id"), None),
-        "get_session": (select(S.sessions.c.id, S.sessions.c.data).where(S.sessions.c.id == sid), None),
-        "list_sessions": (select(S.sessions.c.id, S.sessions.c.data).order_by(S.sessions.c.id), None),
-        "load_messages": (select(M.c.id, M.c.data).where(M.c.session_id == sid).order_by(M.c.id), None),
-        "load_parts": (select(P.c.id, P.c.message_id, P.c.data).where(P.c.session_id == sid)
+        UPSERT_SESSION: (_upsert(insert, S.sessions, "id"), None),
+        UPSERT_MESSAGE: (_upsert(insert, M, "id"), None),
+        UPSERT_PART: (_upsert(insert, P, "id"), None),
+        GET_SESSION: (select(S.sessions.c.id, S.sessions.c.data).where(S.sessions.c.id == sid), None),
+        LIST_SESSIONS: (select(S.sessions.c.id, S.sessions.c.data).order_by(S.sessions.c.id), None),
+        LOAD_MESSAGES: (select(M.c.id, M.c.data).where(M.c.session_id == sid).order_by(M.c.id), None),
+        LOAD_PARTS: (select(P.c.id, P.c.message_id, P.c.data).where(P.c.session_id == sid)
                        .order_by(P.c.message_id, P.c.id), None),
-        "recent_index": (select(M.c.id, M.c.role, M.c.summary, M.c.model_view).where(M.c.session_id == sid)
+        RECENT_INDEX: (select(M.c.id, M.c.role, M.c.summary, M.c.model_view).where(M.c.session_id == sid)
                          .order_by(M.c.id), None),
-        "load_messages_from": (select(M.c.id, M.c.data).where(M.c.session_id == sid, M.c.id >= mid)
+        LOAD_MESSAGES_FROM: (select(M.c.id, M.c.data).where(M.c.session_id == sid, M.c.id >= mid)
                                .order_by(M.c.id), None),
-        "load_parts_from": (select(P.c.id, P.c.message_id, P.c.data).where(P.c.session_id == sid, P.c.message_id >= mid)
+        LOAD_PARTS_FROM: (select(P.c.id, P.c.message_id, P.c.data).where(P.c.session_id == sid, P.c.message_id >= mid)
                             .order_by(P.c.message_id, P.c.id), None),
-        "delete_parts": (delete(P).where(P.c.session_id == sid, P.c.message_id == mid), None),
-        "delete_message": (delete(M).where(M.c.session_id == sid, M.c.id == mid), None),
-        "lease_insert": (insert(L).on_conflict_do_nothing(index_elements=[L.c.session_id]), None),
-        "lease_get": (select(L.c.owner, L.c.host, L.c.pid, L.c.expires).where(L.c.session_id == sid), None),
-        "lease_take": (update(L).where(L.c.session_id == sid, L.c.owner == bindparam("old_owner"),
+        DELETE_PARTS: (delete(P).where(P.c.session_id == sid, P.c.message_id == mid), None),
+        DELETE_MESSAGE: (delete(M).where(M.c.session_id == sid, M.c.id == mid), None),
+        LEASE_INSERT: (insert(L).on_conflict_do_nothing(index_elements=[L.c.session_id]), None),
+        LEASE_GET: (select(L.c.owner, L.c.host, L.c.pid, L.c.expires).where(L.c.session_id == sid), None),
+        LEASE_TAKE: (update(L).where(L.c.session_id == sid, L.c.owner == bindparam("old_owner"),
                                        L.c.expires == bindparam("old_expires")),
                        ["owner", "host", "pid", "run_id", "expires"]),
-        "lease_renew": (update(L).where(lease_is_ours), ["expires"]),
-        "lease_release": (delete(L).where(lease_is_ours), None),
-        "version_get": (select(meta.c.value).where(meta.c.key == bindparam("key")), None),
-        "version_set": (insert(meta).on_conflict_do_nothing(index_elements=[meta.c.key]), None),
-        "version_update": (update(meta).where(meta.c.key == bindparam("key")), ["value"]),
-        "write_probe": (_upsert(insert, meta, "key"), None),
-        "has_table": (has_table, None),
+        LEASE_RENEW: (update(L).where(lease_is_ours), ["expires"]),
+        LEASE_RELEASE: (delete(L).where(lease_is_ours), None),
+        VERSION_GET: (select(meta.c.value).where(meta.c.key == bindparam("key")), None),
+        VERSION_SET: (insert(meta).on_conflict_do_nothing(index_elements=[meta.c.key]), None),
+        VERSION_UPDATE: (update(meta).where(meta.c.key == bindparam("key")), ["value"]),
+        WRITE_PROBE: (_upsert(insert, meta, "key"), None),
+        HAS_TABLE: (has_table, None),
         **_batch_constructs(insert, dialect),
     }
 
@@ -116,12 +174,12 @@ END_COLUMNS = ("status", "queued", "expires", "attempts", "started", "finished",
                "tool_calls", "input_tokens", "output_tokens")
 
 
-def _batch_constructs(insert: Any, dialect: str) -> dict[str, tuple[Any, Optional[list[str]]]]:
+def _batch_constructs(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Optional[list[str]]]]:
     """The batch statements (``we0nb.persistence.batches``): ``b`` names the batch, ``holder`` the
     owner that must hold an item's claim."""
     B, I = S.batches, S.batch_items
-    b = bindparam("b")
-    running = literal_column("'running'")  # constants as SQL text (a literal() would be an unset parameter)
+    b: Any = bindparam("b")
+    running: Any = literal_column("'running'")  # constants as SQL text (a literal() would be an unset parameter)
     cols = [I.c[n] for n in ITEM_COLUMNS]
     if dialect == "sqlite":
         claimable = select(I.c.item).order_by(I.c.item)
@@ -146,7 +204,7 @@ def _batch_constructs(insert: Any, dialect: str) -> dict[str, tuple[Any, Optiona
         expires=bindparam("expires"), attempts=I.c.attempts + literal_column("1"),
         started=func.coalesce(I.c.started, bindparam("now"))).returning(*cols)
     mine = and_(I.c.batch == b, I.c.owner == bindparam("holder"), I.c.status == running)
-    null = literal_column("NULL")
+    null: Any = literal_column("NULL")
     # (a running item is queued: a claim takes queued items and leaves that flag alone; said here,
     # it makes either index a lookup of this one item, whatever the planner's statistics)
     end = update(I).where(mine, I.c.queued == true(), I.c.item == bindparam("item")).values(
@@ -155,25 +213,25 @@ def _batch_constructs(insert: Any, dialect: str) -> dict[str, tuple[Any, Optiona
     counts = select(I.c.batch, I.c.status, I.c.queued, func.count(), func.max(I.c.finished)) \
         .group_by(I.c.batch, I.c.status, I.c.queued)
     return {
-        "batch_insert": (insert(B).on_conflict_do_nothing(index_elements=[B.c.name]), None),
-        "batch_get": (select(B.c.name, B.c.created, B.c.updated, B.c["items"], B.c.fingerprint).where(B.c.name == b),
+        BATCH_INSERT: (insert(B).on_conflict_do_nothing(index_elements=[B.c.name]), None),
+        BATCH_GET: (select(B.c.name, B.c.created, B.c.updated, B.c["items"], B.c.fingerprint).where(B.c.name == b),
                       None),
-        "batch_list": (select(B.c.name, B.c.created, B.c.updated, B.c["items"], B.c.fingerprint).order_by(B.c.name),
+        BATCH_LIST: (select(B.c.name, B.c.created, B.c.updated, B.c["items"], B.c.fingerprint).order_by(B.c.name),
                        None),
-        "batch_item_insert": (insert(I), None),
-        "batch_prompts": (select(I.c.prompt, I.c.session_id).where(I.c.batch == b).order_by(I.c.item), None),
-        "batch_claim": (claim, None),
-        "batch_renew": (update(I).where(mine).values(expires=bindparam("expires")), None),
-        "batch_end": (end, None),
-        "batch_requeue": (update(I).where(I.c.batch == b, I.c.item == bindparam("item"), I.c.queued == false(),
+        BATCH_ITEM_INSERT: (insert(I), None),
+        BATCH_PROMPTS: (select(I.c.prompt, I.c.session_id).where(I.c.batch == b).order_by(I.c.item), None),
+        BATCH_CLAIM: (claim, None),
+        BATCH_RENEW: (update(I).where(mine).values(expires=bindparam("expires")), None),
+        BATCH_END: (end, None),
+        BATCH_REQUEUE: (update(I).where(I.c.batch == b, I.c.item == bindparam("item"), I.c.queued == false(),
                                           I.c.status != running)
                           .values(queued=true(), expires=literal_column("0.0")), None),
-        "batch_owners": (select(I.c.owner, I.c.host, I.c.pid).distinct().where(
+        BATCH_OWNERS: (select(I.c.owner, I.c.host, I.c.pid).distinct().where(
             I.c.batch == b, I.c.status == running, I.c.owner.is_not(None)), None),
-        "batch_free": (update(I).where(mine).values(expires=literal_column("0.0")), None),
-        "batch_items": (select(*cols).where(I.c.batch == b).order_by(I.c.item), None),
-        "batch_counts": (counts.where(I.c.batch == b), None),
-        "batch_counts_all": (counts, None),
+        BATCH_FREE: (update(I).where(mine).values(expires=literal_column("0.0")), None),
+        BATCH_ITEMS: (select(*cols).where(I.c.batch == b).order_by(I.c.item), None),
+        BATCH_COUNTS: (counts.where(I.c.batch == b), None),
+        BATCH_COUNTS_ALL: (counts, None),
     }
 
 
@@ -186,11 +244,11 @@ def _dialect(name: str) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
-def statements(dialect: str) -> dict[str, str]:
-    """``key → SQL text`` for ``"sqlite"`` or ``"postgresql"`` (psycopg), compiled once."""
+def compiled(dialect: str) -> dict[Stmt, str]:
+    """Each statement's SQL text for ``"sqlite"`` or ``"postgresql"`` (psycopg), compiled once."""
     insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
     d = _dialect(dialect)
-    out = {}
+    out: dict[Stmt, str] = {}
     for key, (stmt, sets) in _constructs(insert, dialect).items():
         out[key] = str(stmt.compile(dialect=d, column_keys=sets))
     return out

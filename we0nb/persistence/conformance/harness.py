@@ -1,0 +1,142 @@
+"""The harness the conformance checks run on: :class:`Harness`, :class:`Check`, and the helpers
+checks state their expectations with (an AssertionError saying what differed)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Union
+
+from ..base import LeaseStore, SessionStore
+from ..batches import BatchQueue
+from ..columns import ColumnReads
+
+__all__ = ["Harness", "Check", "Report", "CAPABILITIES", "ExpireLease", "check", "expect", "equal", "raises"]
+
+#: capability name → the protocol a store has it by
+CAPABILITIES: dict[str, type] = {"sessions": SessionStore, "leases": LeaseStore, "batches": BatchQueue,
+                                 "columns": ColumnReads}
+
+ExpireLease = Callable[[str], Union[None, Awaitable[None]]]
+
+
+class Harness:
+    """The stores a check works on: ``make()`` gives a store on one database (see the module)."""
+
+    def __init__(self, make: Callable[[], Any], *, expire_lease: Optional[ExpireLease] = None, name: str = ""):
+        self._make = make
+        self._expire = expire_lease
+        self.name = name
+        self.made: list[Any] = []
+        self._first: Any = None
+
+    @property
+    def store(self) -> Any:
+        """The store a check writes through (made once)."""
+        if self._first is None:
+            self._first = self.fresh()
+        return self._first
+
+    def fresh(self) -> Any:
+        """Another store on the same data (what a second process sees)."""
+        s = self._make()
+        if all(s is not m for m in self.made):
+            self.made.append(s)
+        return s
+
+    @property
+    def capabilities(self) -> set[str]:
+        """The capabilities the store has (by its methods), plus ``expire`` when a hook was given."""
+        found = {name for name, proto in CAPABILITIES.items() if isinstance(self.store, proto)}
+        return found | ({"expire"} if self._expire is not None else set())
+
+    async def expire_lease(self, session_id: str) -> None:
+        assert self._expire is not None, "this check needs expire_lease"
+        got = self._expire(session_id)
+        if inspect.isawaitable(got):
+            await got
+
+    async def aclose(self) -> None:
+        for s in self.made:
+            await s.close()
+
+    async def __aenter__(self) -> "Harness":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One rule of the contract: ``run(harness)`` raises AssertionError (or the store's error) when broken."""
+
+    name: str
+    needs: frozenset[str]
+    fn: Callable[[Harness], Awaitable[None]]
+    doc: str = ""
+
+    def __str__(self) -> str:
+        return self.name
+
+    def applies(self, h: Harness) -> bool:
+        return self.needs <= h.capabilities
+
+    def missing(self, h: Harness) -> str:
+        return f"{h.name or 'the store'} lacks {', '.join(sorted(self.needs - h.capabilities))}"
+
+    async def run(self, h: Harness) -> None:
+        await self.fn(h)
+
+
+@dataclasses.dataclass
+class Report:
+    """What :func:`validate` found: per check ``"passed"``, ``"skipped: …"`` or the failure."""
+
+    results: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(r == "passed" or r.startswith("skipped") for r in self.results.values())
+
+    @property
+    def failed(self) -> dict[str, str]:
+        return {k: v for k, v in self.results.items() if not (v == "passed" or v.startswith("skipped"))}
+
+    def __str__(self) -> str:
+        lines = [f"{k}: {v}" for k, v in self.results.items()]
+        return "\n".join(lines) + f"\n{len(self.failed)} failed of {len(self.results)}"
+
+
+def check(registry: list[Check], *needs: str) -> Callable[[Callable[[Harness], Awaitable[None]]], Any]:
+    """Register the decorated ``async def name(h)`` in ``registry`` as a check needing ``needs``."""
+    def add(fn: Callable[[Harness], Awaitable[None]]) -> Any:
+        registry.append(Check(fn.__name__, frozenset(needs), fn, (fn.__doc__ or "").strip()))
+        return fn
+
+    return add
+
+
+def expect(ok: Any, what: str) -> None:
+    """Raise AssertionError(``what``) unless ``ok``."""
+    if not ok:
+        raise AssertionError(what)
+
+
+def equal(got: Any, want: Any, what: str) -> None:
+    """Raise AssertionError naming ``what`` with both values unless ``got == want``."""
+    if got != want:
+        raise AssertionError(f"{what}: got {got!r}, expected {want!r}")
+
+
+@contextlib.asynccontextmanager
+async def raises(kind: type[BaseException], what: str) -> AsyncIterator[list[BaseException]]:
+    """``async with raises(E, "…") as caught``: the block must raise ``E`` (kept in ``caught``)."""
+    caught: list[BaseException] = []
+    try:
+        yield caught
+    except kind as e:
+        caught.append(e)
+        return
+    raise AssertionError(f"{what}: expected {kind.__name__}, nothing was raised")
