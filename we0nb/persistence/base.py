@@ -191,9 +191,11 @@ class SessionStore(Protocol):
 
     async def flush(self) -> None:
         """Make every write so far durable (a no-op where writes are already durable)."""
+        return None
 
     async def close(self) -> None:
         """Release connections. The object may be used again afterwards (it reopens)."""
+        return None
 
 
 @runtime_checkable
