@@ -132,7 +132,7 @@ def test_public_modules_of_the_models_package():
     import we0nb.models as models
 
     public = {m.name for m in pkgutil.iter_modules(models.__path__) if not m.name.startswith("_")}
-    assert public == {"base", "scripted", "openai", "anthropic", "local", "view"}
+    assert public == {"base", "scripted", "openai", "anthropic", "local", "view", "pricing"}
 
 
 def test_every_model_error_is_initialised_by_model_error(monkeypatch):

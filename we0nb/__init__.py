@@ -9,12 +9,14 @@ connected here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any as _Any
+import sys as _sys
+from typing import TYPE_CHECKING, Any as _Any, Optional as _Optional
 
 from ._extras import MissingExtraError
 from ._lazy import lazy_names as _lazy_names
 from .engine import RunRequest, RunResult, We0Agent, plan_recovery, user_message
 from .engine.agent import use_batch_runner as _use_batch_runner
+from .engine.observe import use_run_observers as _use_run_observers
 from .engine.events import Event
 from .errors import (
     CompactionError,
@@ -149,8 +151,36 @@ def load_ipython_extension(ipython: _Any) -> None:  # `%load_ext we0nb` register
 
 async def _run_batch(agent: _Any, prompts: _Any, **options: _Any) -> _Any:
     from .batch import run_batch  # (imported on first use: a batch needs the notebook's frames later)
+    from .batch.observe import use_batch_observers
 
+    use_batch_observers(_trace_batch)  # (once; the batch package is imported here, not by `import we0nb`)
     return await run_batch(agent, prompts, **options)
 
 
 _use_batch_runner(_run_batch)
+
+
+# tracing (we0nb.telemetry, the `otel` extra): imported only once OpenTelemetry is — a provider
+# given to the agent, or `opentelemetry.trace` imported by whoever configures one — so a run
+# without it costs one check
+def _traced(agent: _Any) -> bool:
+    return agent.tracer_provider is not None or "opentelemetry.trace" in _sys.modules
+
+
+def _trace_run(agent: _Any, request: _Any) -> _Optional[_Any]:
+    if not _traced(agent):
+        return None
+    from .telemetry import run_observer
+
+    return run_observer(agent, request)
+
+
+def _trace_batch(agent: _Any, name: str, items: int, concurrency: int) -> _Optional[_Any]:
+    if not _traced(agent):
+        return None
+    from .telemetry import batch_observer
+
+    return batch_observer(agent, name, items, concurrency)
+
+
+_use_run_observers(_trace_run)

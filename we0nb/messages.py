@@ -165,6 +165,9 @@ class AssistantMessage(_Model):
     usage: Usage = Field(default_factory=Usage)
     finish_reason: Optional[str] = None
     summary: bool = False
+    #: what the model call cost in USD, computed when it ended (None: unknown — no price for
+    #: the model, or the call reported no usage; see :mod:`we0nb.models.pricing`)
+    cost: Optional[float] = None
 
 
 Message = Annotated[Union[UserMessage, AssistantMessage], Field(discriminator="role")]

@@ -13,11 +13,13 @@ the live view), ``result`` (BatchResult and its frame).
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any, Optional, Sequence
 
 from .._ids import now
 from ..engine.request import check_session_id
 from ..persistence.batches import BatchQueue, batch_queue
+from .observe import batch_observer_for
 from .progress import make_progress
 from .prompts import batch_items, new_batch_name
 from .result import BatchResult
@@ -29,21 +31,39 @@ __all__ = ["run_batch", "BatchResult"]
 async def run_batch(agent: Any, prompts: Any, *, name: Optional[str] = None, concurrency: int = 8,
                     abort: Optional[asyncio.Event] = None, progress: bool = True,
                     session_ids: Optional[Sequence[str]] = None, max_failures: Optional[int] = None,
-                    retry_failed: bool = False) -> BatchResult:
+                    retry_failed: bool = False, max_cost: Optional[float] = None) -> BatchResult:
     """``agent.batch(...)``: see :meth:`we0nb.We0Agent.batch`."""
-    _check(concurrency, abort, max_failures)
+    _check(concurrency, abort, max_failures, max_cost)
     new = batch_items(prompts, session_ids)
     name = new_batch_name() if name is None else check_session_id(name, "batch(name=...)")
     store = batch_queue(agent.persistence)
     await store.open_batch(name, new, session_ids_given=session_ids is not None, now=now())
     await _requeue(agent, store, name, retry_failed)
+    watch = batch_observer_for(agent, name, len(new), concurrency)
+    if watch is not None:  # (before any task of the batch exists: they inherit what it makes current)
+        watch.started()
+    try:
+        result = await _run(agent, name, concurrency=concurrency, abort=abort, progress=progress,
+                            own_sessions=session_ids is None, max_failures=max_failures, max_cost=max_cost)
+    except BaseException as e:
+        if watch is not None:
+            watch.ended(None, e)
+        raise
+    if watch is not None:
+        watch.ended(result, None)
+    return result
+
+
+async def _run(agent: Any, name: str, *, concurrency: int, abort: Optional[asyncio.Event], progress: bool,
+               own_sessions: bool, max_failures: Optional[int], max_cost: Optional[float]) -> BatchResult:
+    store = batch_queue(agent.persistence)
     stop = asyncio.Event()  # the runs' abort: set by the caller's abort, or by max_failures
     relay = asyncio.ensure_future(_relay(abort, stop)) if abort is not None else None
     if abort is not None and abort.is_set():
         stop.set()
     bar = make_progress(name, stop, progress)
     worker = Worker(agent, name, concurrency=concurrency, stop=stop, max_failures=max_failures,
-                    own_sessions=session_ids is None, progress=bar)
+                    own_sessions=own_sessions, progress=bar, max_cost=max_cost)
     try:
         bar.start((await store.list_batches(name))[0])
         stopped = await worker.run()
@@ -51,7 +71,8 @@ async def run_batch(agent: Any, prompts: Any, *, name: Optional[str] = None, con
         if relay is not None:
             relay.cancel()
         bar.close()
-    return BatchResult(name=name, items=await store.batch_items(name), stopped=stopped)
+    return BatchResult(name=name, items=await store.batch_items(name), stopped=stopped,
+                       costs=await store.batch_costs(name))
 
 
 async def _relay(abort: asyncio.Event, stop: asyncio.Event) -> None:
@@ -74,7 +95,7 @@ async def _requeue(agent: Any, store: BatchQueue, name: str, retry_failed: bool)
         await store.requeue_batch_items(name, again)
 
 
-def _check(concurrency: Any, abort: Any, max_failures: Any) -> None:
+def _check(concurrency: Any, abort: Any, max_failures: Any, max_cost: Any) -> None:
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError(f"batch(concurrency=...): expected an integer >= 1, got {concurrency!r}.")
     if abort is not None and not isinstance(abort, asyncio.Event):
@@ -82,3 +103,6 @@ def _check(concurrency: Any, abort: Any, max_failures: Any) -> None:
     if max_failures is not None and (isinstance(max_failures, bool) or not isinstance(max_failures, int)
                                      or max_failures < 1):
         raise ValueError(f"batch(max_failures=...): expected an integer >= 1 or None, got {max_failures!r}.")
+    if max_cost is not None and (isinstance(max_cost, bool) or not isinstance(max_cost, (int, float))
+                                 or not math.isfinite(max_cost) or max_cost <= 0):
+        raise ValueError(f"batch(max_cost=...): expected a budget in USD, a number > 0, or None; got {max_cost!r}.")

@@ -85,10 +85,10 @@ class Ready:
 async def prepare(agent: Any, it: BatchItem, stop: asyncio.Event) -> Ready:
     """The run ``it`` needs: its prompt on the first attempt (or on a session a crashed attempt
     left empty), else a resume of its session."""
-    mode, messages = "prompt", prompt_messages(it.prompt)
     if it.attempts > 1 and (await agent.persistence.load_transcript(it.session_id)).messages:
-        mode, messages = "resume", None
-    return Ready(it, agent.build_request(abort=stop, mode=mode, session_id=it.session_id, messages=messages))
+        return Ready(it, agent.build_request(abort=stop, mode="resume", session_id=it.session_id))
+    return Ready(it, agent.build_request(abort=stop, mode="prompt", session_id=it.session_id,
+                                         messages=prompt_messages(it.prompt)))
 
 
 async def reserve(agent: Any, it: BatchItem, stop: asyncio.Event) -> "Ready | BatchItem":
@@ -116,10 +116,12 @@ async def give_back(store: BatchQueue, name: str, owner: str, taken: "Ready | Ba
 
 
 async def run_item(agent: Any, taken: "Ready | BatchItem", stop: asyncio.Event, *, own_sessions: bool,
-                   backoff: float, after_last_call: Optional[Callable[[], None]] = None) -> ItemOutcome:
+                   backoff: float, after_last_call: Optional[Callable[[], None]] = None,
+                   on_cost: Optional[Callable[[Optional[float]], None]] = None) -> ItemOutcome:
     """Run an item claimed by the caller (made ready ahead, or not yet) until its turn ends,
     fails or ``stop`` is set. The outcome's ``release`` is the caller's to wait for
-    (:func:`released`); ``after_last_call`` is the run's (:class:`~we0nb.engine.run.Run`)."""
+    (:func:`released`); ``after_last_call`` is the run's (:class:`~we0nb.engine.run.Run`);
+    ``on_cost`` is told each model call's cost as its message is persisted."""
     t0 = time.monotonic()
     ready = taken if isinstance(taken, Ready) else await prepare(agent, taken, stop)
     it, request = ready.item, ready.request
@@ -128,7 +130,7 @@ async def run_item(agent: Any, taken: "Ready | BatchItem", stop: asyncio.Event, 
               options=RunOptions(live_parts=True, pipelined=True, after_last_call=after_last_call, held=ready.held))
     try:
         outcome = await _outcome(agent, it, run, t0, stop, clean=request.mode == "prompt" and own_sessions,
-                                 backoff=backoff)
+                                 backoff=backoff, on_cost=on_cost)
     except BaseException:
         if run.released is not None:  # (the batch was cancelled: released before it goes)
             await _released(run.released)
@@ -138,7 +140,7 @@ async def run_item(agent: Any, taken: "Ready | BatchItem", stop: asyncio.Event, 
 
 
 async def _outcome(agent: Any, it: BatchItem, run: Run, t0: float, stop: asyncio.Event, *, clean: bool,
-                   backoff: float) -> ItemOutcome:
+                   backoff: float, on_cost: Optional[Callable[[Optional[float]], None]] = None) -> ItemOutcome:
     """Run ``run`` to its end; how the item ended (``clean``: a prompt run on a session the batch
     made, whose counts its events give)."""
     output_tool = agent.output_tool_name if agent.output_type is not None else None
@@ -146,18 +148,21 @@ async def _outcome(agent: Any, it: BatchItem, run: Run, t0: float, stop: asyncio
     started = False
     try:
         async for ev in run.events():
-            kind = ev["type"]
-            if kind == "start":
+            if ev["type"] == "start":
                 started = True
-            elif kind == "step-start":
+            elif ev["type"] == "step-start":
                 counts.steps += 1
-            elif kind == "tool":
+            elif ev["type"] == "tool":
                 part = ev["part"]
                 if part.tool != output_tool:
                     seen_tools.add(part.id)
-            elif kind == "step-finish":
+            elif ev["type"] == "step-finish":
                 counts.input_tokens += ev["usage"].input_tokens
                 counts.output_tokens += ev["usage"].output_tokens
+                if on_cost is not None:
+                    on_cost(ev["message"].cost)
+            elif ev["type"] == "compaction" and on_cost is not None:
+                on_cost(ev["message"].cost)
     except asyncio.CancelledError:
         if not stop.is_set():
             raise  # the batch itself was cancelled: the runner gives the claim back

@@ -3,8 +3,9 @@
 ``batch.df`` (and :func:`we0nb.batch_df`) has one row per item: ``item`` (0-based),
 ``session_id``, ``status`` (categorical, every status of :data:`BATCH_STATUSES`),
 ``prompt``, ``text``, ``output`` (structured output as JSON), ``error``, ``steps``,
-``tool_calls``, ``input_tokens``, ``output_tokens``, ``attempts``, ``started``,
-``finished`` (UTC datetimes) and ``duration`` (the time its runs took, summed).
+``tool_calls``, ``input_tokens``, ``output_tokens``, ``cost`` (USD, what its model calls
+cost; NaN when one of them has no known price), ``attempts``, ``started``, ``finished``
+(UTC datetimes) and ``duration`` (the time its runs took, summed).
 pandas is imported only when a frame is asked for.
 """
 
@@ -15,12 +16,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..persistence.batches import BATCH_STATUSES, BatchItem
+from ..models.pricing import format_cost
+from ..persistence.batches import BATCH_STATUSES, BatchItem, ItemCost
 
 __all__ = ["BatchResult", "items_frame", "prompt_text", "FRAME_COLUMNS"]
 
 FRAME_COLUMNS = ("item", "session_id", "status", "prompt", "text", "output", "error", "steps", "tool_calls",
-                 "input_tokens", "output_tokens", "attempts", "started", "finished", "duration")
+                 "input_tokens", "output_tokens", "cost", "attempts", "started", "finished", "duration")
 
 
 def prompt_text(prompt_json: str) -> str:
@@ -37,13 +39,25 @@ class BatchResult:
     """What ``await agent.batch(...)`` returns: the batch's items when the call ended.
 
     ``stopped`` says why the call ended early: ``"aborted"`` (the abort event),
-    ``"max_failures"``, or None (every item ended). Counts are by status over the whole
-    batch (every worker's items), as stored when the call returned.
+    ``"max_failures"``, ``"max_cost"`` (the budget was spent: no new item was started), or
+    None (every item ended). Counts are by status over the whole batch (every worker's
+    items), as stored when the call returned; ``costs`` what each item's model calls cost.
     """
 
     name: str
     items: list[BatchItem] = field(repr=False)
     stopped: Optional[str] = None
+    costs: list[ItemCost] = field(default_factory=list, repr=False)
+
+    @property
+    def cost(self) -> Optional[float]:
+        """What the batch's model calls cost so far, USD (None when one of them has no known price)."""
+        total = 0.0
+        for c in self.costs:
+            if c.unpriced:
+                return None
+            total += c.priced
+        return total
 
     @property
     def counts(self) -> dict[str, int]:
@@ -68,25 +82,32 @@ class BatchResult:
     @property
     def df(self) -> Any:
         """The items as a pandas DataFrame (see the module docstring)."""
-        return items_frame(self.items)
+        return items_frame(self.items, self.costs)
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in self.counts.items())
         stopped = f", stopped={self.stopped!r}" if self.stopped else ""
-        return f"BatchResult(name={self.name!r}, items={len(self.items)}, {counts}{stopped})"
+        cost = f", cost={format_cost(self.cost)}" if self.costs else ""
+        return f"BatchResult(name={self.name!r}, items={len(self.items)}, {counts}{cost}{stopped})"
 
     def _repr_html_(self) -> str:
         counts = "".join(f"<td>{html.escape(k)}</td><td><b>{v}</b></td>" for k, v in self.counts.items())
         stopped = f" — stopped: {html.escape(self.stopped)}" if self.stopped else ""
+        if self.costs:
+            stopped = f" — cost {html.escape(format_cost(self.cost))}{stopped}"
         errors = "".join(f"<li>item {it.item}: {html.escape((it.error or '')[:200])}</li>" for it in self.failed[:5])
         more = f"<li>… {len(self.failed) - 5} more</li>" if len(self.failed) > 5 else ""
         return (f"<div class='we0-batch'><b>Batch {html.escape(self.name)}</b>: {len(self.items)} items{stopped}"
                 f"<table><tr>{counts}</tr></table>{'<ul>' + errors + more + '</ul>' if errors else ''}</div>")
 
 
-def items_frame(items: list[BatchItem]) -> Any:
-    """One row per item, typed (categorical status, UTC datetimes, timedelta durations)."""
+def items_frame(items: list[BatchItem], costs: Optional[list[ItemCost]] = None) -> Any:
+    """One row per item, typed (categorical status, UTC datetimes, timedelta durations); ``costs``
+    (by item) give the ``cost`` column (NaN when unknown, or when not given)."""
     import pandas as pd
+
+    by_item = {c.item: c.cost for c in costs or ()}
+    cost = [by_item.get(it.item, 0.0 if costs is not None else None) for it in items]
 
     def times(values: list[Optional[float]]) -> Any:
         return pd.to_datetime(pd.Series(values, dtype="float64"), unit="s", utc=True).astype("datetime64[us, UTC]")
@@ -103,6 +124,7 @@ def items_frame(items: list[BatchItem]) -> Any:
         "tool_calls": pd.Series([it.tool_calls for it in items], dtype="Int64"),
         "input_tokens": pd.Series([it.input_tokens for it in items], dtype="Int64"),
         "output_tokens": pd.Series([it.output_tokens for it in items], dtype="Int64"),
+        "cost": pd.Series([float("nan") if c is None else c for c in cost], dtype="float64"),
         "attempts": pd.Series([it.attempts for it in items], dtype="Int64"),
         "started": times([it.started for it in items]),
         "finished": times([it.finished for it in items]),

@@ -9,7 +9,8 @@ or at once when its process is gone from this host). That is the whole scheduler
 
 A stop (the caller's abort, or ``max_failures``) cuts the running items — each run persists
 what it produced and ends ``aborted`` — and claims nothing more: the never-started items
-stay ``pending`` for the next call with the same name.
+stay ``pending`` for the next call with the same name. A budget (``max_cost``) that is spent
+claims nothing more but lets the running items end (see :class:`Budget`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class Worker:
     MAX_BACKOFF = 60.0
 
     def __init__(self, agent: Any, name: str, *, concurrency: int, stop: asyncio.Event,
-                 max_failures: Optional[int], own_sessions: bool, progress: Any):
+                 max_failures: Optional[int], own_sessions: bool, progress: Any, max_cost: Optional[float] = None):
         self.agent, self.name = agent, name
         self.store: BatchQueue = batch_queue(agent.persistence)
         self.concurrency = concurrency
@@ -59,7 +60,8 @@ class Worker:
         self.exited: list[asyncio.Task[None]] = []  # lanes that ended, not yet looked at
         self.wake = asyncio.Event()  # a lane ended, or the stop was set
         self.failures = 0
-        self.stopped: Optional[str] = None  # "aborted" | "max_failures"
+        self.stopped: Optional[str] = None  # "aborted" | "max_failures" | "max_cost"
+        self.budget = Budget(self.store, name, max_cost) if max_cost is not None else None
         self.backoff = 0.0
         self.paused_until = 0.0
         self.ahead = Ahead(agent, stop, ahead_size(concurrency, agent.persistence.commit_waits),
@@ -108,7 +110,7 @@ class Worker:
         items: list[Any] = []
         if time.monotonic() < self.paused_until:
             await self.ahead.give_back_all(self.store, self.name, self.owner)
-        if free > 0 and self._goes_on():
+        if free > 0 and self._goes_on() and await self._within_budget():
             items = self.ahead.take(free)
             if items:
                 self.progress.claimed(len(items))
@@ -123,7 +125,7 @@ class Worker:
     async def _claim_items(self, n: int, *, counted: bool = True) -> list[BatchItem]:
         """Claim up to ``n`` items (none while the worker may take no more); ``counted``: the
         progress counts them running (an item taken ahead is counted once a slot takes it)."""
-        if self.stopped is not None or time.monotonic() < self.paused_until:
+        if self.stopped is not None or time.monotonic() < self.paused_until or not await self._within_budget():
             return []
         t = now()
         items = await self.store.claim_batch_items(self.name, self.owner, n, now=t, expires=t + self.ttl)
@@ -133,6 +135,8 @@ class Worker:
 
     async def _next(self) -> "Optional[Ready | BatchItem]":
         """A slot's next item: one taken ahead, else one claimed now (None: nothing to take)."""
+        if not await self._within_budget():
+            return None
         taken = self.ahead.take()
         if taken:
             self.progress.claimed(1)
@@ -193,13 +197,15 @@ class Worker:
     def _run(self, taken: "Ready | BatchItem", after_last_call: Optional[Callable[[], None]] = None
              ) -> "Coroutine[Any, Any, ItemOutcome]":
         return run_item(self.agent, taken, self.stop, own_sessions=self.own_sessions,
-                        backoff=max(self.backoff, self.BACKOFF), after_last_call=after_last_call)
+                        backoff=max(self.backoff, self.BACKOFF), after_last_call=after_last_call,
+                        on_cost=self.budget.add if self.budget is not None else None)
 
     async def _finish(self, it: BatchItem, run: "asyncio.Future[ItemOutcome]") -> None:
         await self._record(it, await run, claim=False)
 
     async def _record(self, it: BatchItem, outcome: ItemOutcome, *, claim: bool) -> Optional[BatchItem]:
         """Record ``it``'s end (and claim the slot's next item when ``claim``); the item claimed."""
+        claim = claim and await self._within_budget()
         t = now()
         try:  # (the run's lease release, under way, goes to the store with this end and claim)
             ended, items = await self.store.end_and_claim(self.name, it.item, self.owner, outcome.end,
@@ -210,6 +216,16 @@ class Worker:
         if items:
             self.progress.claimed(len(items))
         return items[0] if items else None  # (claimed as a stop came: its run gives it back)
+
+    async def _within_budget(self) -> bool:
+        """Whether the batch's budget allows another item (stopping the claims once it is spent)."""
+        if self.budget is None:
+            return True
+        if self.stopped is None and await self.budget.spent():
+            self.stopped = "max_cost"
+            log.info("batch %r: its cost so far (%.6f USD) reached max_cost; no new item is started", self.name,
+                     self.budget.total)
+        return self.stopped is None
 
     def _goes_on(self) -> bool:
         """Whether a slot may take another item now."""
@@ -275,6 +291,44 @@ class Worker:
             if not lane.cancelled():
                 lane.exception()
         self.exited = []
+
+
+class Budget:
+    """``max_cost``: what the batch's model calls cost so far, against the budget.
+
+    The sum is read from the store (every priced call of the batch's items, whoever ran them:
+    other processes, earlier calls), at most every :attr:`READ_EVERY` seconds; in between, the
+    calls this worker's runs make are added as they end. So this worker's own spending is
+    seen at once, another process's within ``READ_EVERY``; an item that is running when the
+    budget is reached ends normally (the budget is checked before each claim).
+    """
+
+    READ_EVERY = 0.5
+
+    def __init__(self, store: Any, name: str, limit: float) -> None:
+        self.store, self.name, self.limit = store, name, float(limit)
+        self.read_total = 0.0  # as last read from the store
+        self.since = 0.0  # this worker's calls' costs since then
+        self.read_at: Optional[float] = None
+
+    @property
+    def total(self) -> float:
+        return self.read_total + self.since
+
+    def add(self, cost: Optional[float]) -> None:
+        """A call of this worker's runs ended with ``cost`` (None: unknown, counts nothing)."""
+        if cost is not None:
+            self.since += cost
+
+    async def spent(self) -> bool:
+        """Whether the budget is reached (reading the store's sum when the last read is old)."""
+        if self.read_at is None or time.monotonic() - self.read_at >= self.READ_EVERY:
+            self.read_at = time.monotonic()
+            since = self.since
+            costs = await self.store.batch_costs(self.name)
+            self.read_total = sum(c.priced for c in costs)
+            self.since -= since  # (a call that ended while the store was read stays: at worst counted twice)
+        return self.total >= self.limit
 
 
 def _prune(finishing: list["asyncio.Future[None]"]) -> None:

@@ -11,7 +11,8 @@ import datetime as _dt
 import statistics
 from typing import Any, Callable, Optional
 
-from ..persistence.batches import BATCH_STATUSES, BatchInfo, BatchItem
+from ..models.pricing import format_cost
+from ..persistence.batches import BATCH_STATUSES, BatchInfo, BatchItem, ItemCost
 from ._common import CliError, hint, say
 from ._db import _sync_engine, normalize_db, safe_url
 
@@ -39,8 +40,9 @@ def format_batches(infos: list[BatchInfo]) -> str:
     return _table(rows, ["batch", "items", *shown, "unfinished", "updated"])
 
 
-def format_batch(info: BatchInfo, items: list[BatchItem], max_failures: int = 20) -> str:
-    """Counts by status, attempts, tokens and run times, and the failed items with their errors."""
+def format_batch(info: BatchInfo, items: list[BatchItem], max_failures: int = 20,
+                 costs: Optional[list[ItemCost]] = None) -> str:
+    """Counts by status, attempts, tokens, cost and run times, and the failed items with their errors."""
     out = [f"batch {info.name}: {info.items} items, created {_ts(info.created)}, updated {_ts(info.updated)}"]
     out.append("  " + "  ".join(f"{s}={info.counts[s]}" for s in BATCH_STATUSES if info.counts.get(s)))
     if info.unfinished:
@@ -52,6 +54,8 @@ def format_batch(info: BatchInfo, items: list[BatchItem], max_failures: int = 20
                    f"attempts: {sum(it.attempts for it in items)} for {len(runs)} started item(s)")
     out.append(f"  tokens: {sum(it.input_tokens for it in items)} in, {sum(it.output_tokens for it in items)} out; "
                f"tool calls: {sum(it.tool_calls for it in items)}")
+    if costs:
+        out.append(f"  cost: {_batch_cost(costs)}")
     failed = [it for it in items if it.status == "failed"]
     if failed:
         out.append(f"\nfailures ({len(failed)}):")
@@ -61,6 +65,16 @@ def format_batch(info: BatchInfo, items: list[BatchItem], max_failures: int = 20
         if len(failed) > max_failures:
             out.append(f"  … {len(failed) - max_failures} more (batch_df(store, {info.name!r}) has them all)")
     return "\n".join(out)
+
+
+def _batch_cost(costs: list[ItemCost]) -> str:
+    priced = sum(c.priced for c in costs)
+    unknown = [c for c in costs if c.unpriced]
+    if not unknown:
+        return format_cost(priced)
+    calls = sum(c.unpriced for c in unknown)
+    return (f"unknown: {calls} model call(s) of {len(unknown)} item(s) without a known price; "
+            f"the priced calls {format_cost(priced)}")
 
 
 def _read(url: str, fn: Callable[[Any], Any]) -> Any:
@@ -91,16 +105,16 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from ..persistence.sql.batches import read_infos, read_items
+    from ..persistence.sql.batches import read_costs, read_infos, read_items
 
     url, name = normalize_db(args.db), args.name
-    infos, items = _read(url, lambda conn: (read_infos(conn), read_items(conn, name)))
+    infos, items, costs = _read(url, lambda conn: (read_infos(conn), read_items(conn, name), read_costs(conn, name)))
     info = next((i for i in infos if i.name == name), None)
     if info is None:
         known = ", ".join(repr(i.name) for i in infos[:10]) or "none"
         raise CliError(f"no batch {name!r} in {safe_url(url)} (batches: {known}); list them with "
                        f"`{hint('we0nb', 'batch', 'ls', '--db', url)}`.")
-    say(format_batch(info, items))
+    say(format_batch(info, items, costs=costs))
     return 0
 
 
@@ -114,7 +128,7 @@ def add_parsers(sub: Any, db: argparse.ArgumentParser, common: argparse.Argument
                          description="List every batch: items by status, unfinished items, last activity.")
     ls.set_defaults(run=cmd_ls)
     show = bsub.add_parser("show", parents=[db, common], help="counts by status and the failures of one batch",
-                           description="Print batch NAME: counts by status, run times, tokens, failures.")
+                           description="Print batch NAME: counts by status, run times, tokens, cost, failures.")
     show.add_argument("name", metavar="NAME", help="batch name (see `we0nb batch ls`)")
     show.set_defaults(run=cmd_show)
     b.set_defaults(run=lambda args: b.print_help() or 2)

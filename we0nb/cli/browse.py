@@ -8,7 +8,7 @@ from typing import Any
 from ..engine.request import check_session_id
 from ._common import CliError, CtrlC, hint, say
 from ._db import normalize_db, open_store, safe_url
-from .render import ts, format_tools, format_transcript, session_state, table
+from .render import ts, format_tools, format_transcript, session_cost, session_state, table
 
 __all__ = ["cmd_sessions", "cmd_show", "add_parsers"]
 
@@ -48,6 +48,8 @@ async def cmd_show(args: argparse.Namespace, ctrl: CtrlC) -> int:
         say("tool calls:")
         say(format_tools(tr))
         say(f"\nstate: {session_state(tr)}")
+        if any(m.info.role == "assistant" for m in tr.messages):
+            say(f"cost: {session_cost(tr)}")
         return 0
     finally:
         await p.close()

@@ -12,10 +12,12 @@ import sys
 import textwrap
 from typing import Any, Callable, Optional, Sequence
 
-from ..messages import UNFINISHED_REASON, MessageWithParts, ReasoningPart, TextPart, ToolPart, Transcript
+from ..messages import (UNFINISHED_REASON, AssistantMessage, MessageWithParts, ReasoningPart, TextPart, ToolPart,
+                        Transcript)
+from ..models.pricing import format_cost
 
 __all__ = ["ts", "table", "outcome", "tool_rows", "format_tools", "format_transcript", "session_state", "call_label",
-           "approval_rows", "LivePrinter", "TOOL_COLUMNS"]
+           "approval_rows", "session_cost", "LivePrinter", "TOOL_COLUMNS"]
 
 
 def ts(t: Optional[float]) -> str:
@@ -112,6 +114,8 @@ def _message_head(m: MessageWithParts) -> list[str]:
         return [f"\n[user] {ts(info.time.created)}  {info.id}"]
     state = "UNFINISHED" if info.time.completed is None else "finished"
     extra = f"  finish={info.finish_reason}" if info.finish_reason else ""
+    if info.cost is not None:
+        extra += f"  cost={format_cost(info.cost)}"
     out = [f"\n[assistant] {ts(info.time.created)}  {info.id}  {state}{extra}"]
     if info.error is not None:
         out.append(f"  ! {info.error.reason}: {info.error.message} {_json(info.error.metadata)}")
@@ -145,6 +149,17 @@ def format_transcript(tr: Transcript, width: int = 88) -> str:
     if not tr.messages:
         out.append("(no messages)")
     return "\n".join(out)
+
+
+def session_cost(tr: Transcript) -> str:
+    """What the session's model calls cost: ``$0.0123 (4 model calls)``, or which are unknown."""
+    costs = [m.info.cost for m in tr.messages if isinstance(m.info, AssistantMessage)]
+    known = [c for c in costs if c is not None]
+    calls = f"{len(costs)} model call{'s' * (len(costs) != 1)}"
+    if len(known) == len(costs):
+        return f"{format_cost(sum(known, 0.0))} ({calls})"
+    return (f"unknown: {len(costs) - len(known)} of {calls} without a known price (give the model price=...); "
+            f"the others {format_cost(sum(known, 0.0))}")
 
 
 def session_state(tr: Transcript) -> str:

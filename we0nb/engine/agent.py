@@ -9,6 +9,7 @@ from pydantic import TypeAdapter
 
 from ..messages import Session, ToolPart, Transcript
 from ..models.base import Model, ToolSchema
+from ..models.pricing import prefetch as prefetch_prices
 from ..persistence.base import Persistence
 from ..persistence.memory import MemoryPersistence
 from ..tools import AnyToolDefinition, ToolDefinition, tool as make_tool
@@ -46,6 +47,9 @@ class We0Agent:
     streamed text a crash can lose (seconds). ``compaction_threshold`` (share of
     ``model.context_window``, default 0.8; None turns compaction off) and
     ``compaction_prompt`` configure compaction (see :mod:`we0nb.engine.compaction`).
+    ``tracer_provider`` (an OpenTelemetry ``TracerProvider``; None: the global one, if one is
+    configured) receives the runs' spans, with messages, tool arguments and results only when
+    ``capture_content`` (see :mod:`we0nb.telemetry` and docs/tracing.md).
     """
 
     def __init__(
@@ -63,6 +67,8 @@ class We0Agent:
         flush_interval: float = 0.25,
         compaction_threshold: Optional[float] = 0.8,
         compaction_prompt: Optional[str] = None,
+        tracer_provider: Any = None,
+        capture_content: bool = False,
     ):
         if not isinstance(model, Model):
             raise TypeError(
@@ -77,6 +83,7 @@ class We0Agent:
                 f"Persistence, got {type(persistence).__name__}."
             )
         _check_options(max_steps, output_retries, flush_interval, compaction_threshold, compaction_prompt)
+        _check_tracing(tracer_provider, capture_content)
         self.model = model
         static, sources = _tool_table(tools)
         if output_type is not None and output_tool_name in static:
@@ -92,6 +99,11 @@ class We0Agent:
         #: compact when a step's input tokens pass this share of model.context_window (None: off)
         self.compaction_threshold = None if compaction_threshold is None else float(compaction_threshold)
         self.compaction_prompt = compaction_prompt
+        #: where the runs' spans go (None: the global OpenTelemetry provider, if configured)
+        self.tracer_provider = tracer_provider
+        #: whether spans carry message content, tool arguments and results
+        self.capture_content = capture_content
+        prefetch_prices(model)  # (genai-prices loads on a thread now, not on the loop at the first step)
         self.output_adapter: Optional[TypeAdapter[Any]] = None
         self.output_schema: dict[str, Any] = {}
         #: how structured output is asked for: "tool", "native" or "prompted" (see we0nb.engine.output)
@@ -202,20 +214,22 @@ class We0Agent:
     async def batch(self, prompts: Any, *, name: Optional[str] = None, concurrency: int = 8,
                     abort: Optional[asyncio.Event] = None, progress: bool = True,
                     session_ids: Optional[Sequence[str]] = None, max_failures: Optional[int] = None,
-                    retry_failed: bool = False) -> Any:
+                    retry_failed: bool = False, max_cost: Optional[float] = None) -> Any:
         """Run many prompts, each as a session of its own, ``concurrency`` at a time; a ``BatchResult``.
 
         The batch is persisted under ``name`` (generated when omitted): the same call again
         continues it (ended items skipped, unfinished ones resumed), and the same call in other
         processes on the same database shares the work. ``abort`` stops it promptly (no raise);
         ``max_failures`` stops it after that many failed items; ``retry_failed`` resumes failed
-        items too. See :mod:`we0nb.batch` and the README's "Batch runs".
+        items too; ``max_cost`` (USD) claims no new item once the batch's model calls so far cost
+        that much (``batch.stopped == "max_cost"``). See :mod:`we0nb.batch` and the README's
+        "Batch runs".
         """
         if _BATCH_RUNNER is None:  # pragma: no cover - ``import we0nb`` sets it
             raise RuntimeError("batch runs are not available: import we0nb (it connects them).")
         return await _BATCH_RUNNER(self, prompts, name=name, concurrency=concurrency, abort=abort,
                                    progress=progress, session_ids=session_ids, max_failures=max_failures,
-                                   retry_failed=retry_failed)
+                                   retry_failed=retry_failed, max_cost=max_cost)
 
     # ------------------------------------------------------------------ approvals
 
@@ -299,6 +313,14 @@ def _check_options(max_steps: Any, output_retries: Any, flush_interval: Any, com
                          "(0, 1], e.g. 0.8, or None to turn compaction off.")
     if compaction_prompt is not None and (not isinstance(compaction_prompt, str) or not compaction_prompt.strip()):
         raise ValueError("We0Agent(compaction_prompt=...): expected a non-empty string or None.")
+
+
+def _check_tracing(tracer_provider: Any, capture_content: Any) -> None:
+    if tracer_provider is not None and not callable(getattr(tracer_provider, "get_tracer", None)):
+        raise TypeError("We0Agent(tracer_provider=...): expected an OpenTelemetry TracerProvider (something with "
+                        f"get_tracer()), got {type(tracer_provider).__name__}.")
+    if not isinstance(capture_content, bool):
+        raise TypeError(f"We0Agent(capture_content=...): expected True or False, got {capture_content!r}.")
 
 
 def _output_schema(output_type: Any) -> tuple[TypeAdapter[Any], dict[str, Any]]:

@@ -47,6 +47,7 @@ from .._ids import now
 from ..errors import CompactionError, ContextWindowExceeded, ModelError
 from ..messages import AssistantMessage, CompactionPart, MessageTime, MessageWithParts, Usage, snapshot
 from ..models.base import AssistantTurn, FinishEvent, ModelMessage, ModelRequest, TextDelta, ToolResult, UserTurn
+from ..models.pricing import add_cost, call_cost
 from ..persistence.base import Write
 from .abort import Aborted
 from .events import Event
@@ -287,7 +288,7 @@ class Compactor:
         summary = AssistantMessage(id=state.ids("msg"), session_id=state.session_id,
                                    time=MessageTime(created=t, completed=t), parent_id=state.parent_id(),
                                    model_id=state.agent.model.model_id, usage=usage, finish_reason="stop",
-                                   summary=True)
+                                   summary=True, cost=call_cost(state.agent.model, usage, t))
         part = CompactionPart(id=state.ids("prt"), session_id=state.session_id, message_id=summary.id,
                               summary=text, time=t)
         done = MessageWithParts.model_construct(info=summary, parts=[part])
@@ -302,6 +303,7 @@ class Compactor:
         if tail is not None:
             state.add_user_message(tail)
         state.usage = state.usage + usage
+        state.cost = add_cost(state.cost, summary.cost)
         state.history.invalidate()
         self.compacted = True
         yield {"type": "compaction", "part": snapshot(part), "message": snapshot(summary)}

@@ -93,6 +93,8 @@ class RunResult(_Displayable):
     run_id: str = ""
     approvals: list[ToolPart] = field(default_factory=list)
     finish_reason: Optional[str] = None
+    #: the run's model calls' cost in USD (None when any of them has no known price)
+    cost: Optional[float] = None
 
     @property
     def truncated(self) -> bool:

@@ -332,6 +332,7 @@ class Run:
             message_id=last.info.id if last else None,
             steps=state.steps,
             usage=state.usage,
+            cost=state.cost,
             run_id=self.req.run_id,
             finish_reason=last.info.finish_reason if last else None,  # type: ignore[union-attr]
         )

@@ -57,6 +57,8 @@ class RunState:
     history: HistoryCache = field(default_factory=HistoryCache)
     steps: int = 0
     usage: Usage = field(default_factory=Usage)
+    #: the cost of the run's model calls so far, USD (None once one of them has no known price)
+    cost: Optional[float] = 0.0
     output: Any = None
     has_output: bool = False
     #: what a stream event carries of a part or message: a copy (safe to keep, the public

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, AsyncIterator, Union
 from .._ids import now
 from ..messages import AssistantMessage, MessageTime, MessageWithParts, StepFinishPart, StepStartPart, ToolPart
 from ..models.base import FinishEvent, ModelRequest
+from ..models.pricing import add_cost, call_cost
 from .abort import Aborted
 from .events import Event
 from .processor import ModelStream, StepProcessor
@@ -104,6 +105,8 @@ def _close_step(state: "RunState", msg: MessageWithParts, processor: StepProcess
     info.time = MessageTime(created=info.time.created, completed=end)
     info.finish_reason = finish.reason
     info.usage = finish.usage
+    info.cost = call_cost(state.agent.model, finish.usage if processor.finish else None, info.time.created)
+    state.cost = add_cost(state.cost, info.cost)
     # the last call's end state is committed with the step's end: its event waits for it (a
     # call left pending behind an approval has not changed, so it has no new event)
     events: list[Event] = ([{"type": "tool", "part": state.snap(calls[-1])}]

@@ -109,10 +109,11 @@ def output(value: Any) -> ScriptItem:
     return _Output(value)
 
 
-def usage(input_tokens: int = 0, output_tokens: int = 0, reasoning_tokens: int = 0, cached_tokens: int = 0) -> ScriptItem:
-    """Token usage reported with the step's finish (drives compaction in tests)."""
-    return _Usage(Usage(input_tokens=input_tokens, output_tokens=output_tokens,
-                        reasoning_tokens=reasoning_tokens, cached_tokens=cached_tokens))
+def usage(input_tokens: int = 0, output_tokens: int = 0, reasoning_tokens: int = 0, cached_tokens: int = 0,
+          cache_write_tokens: int = 0) -> ScriptItem:
+    """Token usage reported with the step's finish (drives compaction and prices in tests)."""
+    return _Usage(Usage(input_tokens=input_tokens, output_tokens=output_tokens, reasoning_tokens=reasoning_tokens,
+                        cached_tokens=cached_tokens, cache_write_tokens=cache_write_tokens))
 
 
 def fail(error: BaseException) -> ScriptItem:

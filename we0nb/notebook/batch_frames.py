@@ -43,7 +43,8 @@ def batches_df(p: Any) -> pd.DataFrame:
 
 def batch_df(p: Any, name: str) -> pd.DataFrame:
     """One row per item of batch ``name`` (as ``BatchResult.df``); ValueError when there is none."""
-    return items_frame(_items(p, name))
+    items = _items(p, name)
+    return items_frame(items, _read(p, lambda store: store.batch_costs(name), lambda reader: reader.batch_costs(name)))
 
 
 def batch_session_ids(p: Any, name: str) -> list[str]:

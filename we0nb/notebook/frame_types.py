@@ -32,7 +32,7 @@ OUTCOMES = ("keep", "recall", "interrupt")
 FIXED_CATEGORIES = {**CATEGORIES, "outcome": OUTCOMES}
 
 # kind: "id"/"str"/"json" → string; "time" → datetime64[us, UTC] from epoch seconds;
-# "int" → Int64; "count"/"order" → int64; "bool" → bool; "cat:<name>" → categorical;
+# "usd" → float64 (NaN: unknown); "int" → Int64; "count"/"order" → int64; "bool" → bool; "cat:<name>" → categorical;
 # ("td", start, end) → end - start as timedelta64[us]; ("outcome",) → from status and the
 # flags (derived, not read).
 
@@ -44,6 +44,7 @@ SESSION_COLUMNS: dict[str, Any] = {
     "duration": ("td", "created", "updated"),
     "messages": "count",
     "revert_message_id": "str",
+    "cost": "usd",
 }
 
 MESSAGE_COLUMNS: dict[str, Any] = {
@@ -63,6 +64,7 @@ MESSAGE_COLUMNS: dict[str, Any] = {
     "output_tokens": "int",
     "reasoning_tokens": "int",
     "cached_tokens": "int",
+    "cost": "usd",
     "summary": "bool",
 }
 
@@ -118,7 +120,7 @@ def _read(kind: Any) -> Optional[str]:
         return None  # derived
     if kind in ("id", "str", "json") or kind.startswith("cat:"):
         return "s"
-    return {"time": "f", "int": "i", "count": "n", "bool": "b"}[kind]
+    return {"time": "f", "usd": "f", "int": "i", "count": "n", "bool": "b"}[kind]
 
 
 # --------------------------------------------------------------------------- chunks

@@ -172,17 +172,48 @@ def _messages_in(transcripts: dict, since: Optional[int], until: Optional[int]):
 def _port_sessions(p: Any, ids, since, until) -> dict[str, list]:
     sessions, transcripts = _load(p, ids)
     raw: dict[str, list] = {k: [] for k in ("session_id", "title", "created", "updated", "messages",
-                                            "revert_message_id")}
+                                            "revert_message_id", "cost")}
     for s in sessions:
         if not _in_window(s.time.created, since, until):
             continue
+        messages = transcripts[s.id].messages
         raw["session_id"].append(s.id)
         raw["title"].append(s.title)
         raw["created"].append(s.time.created)
         raw["updated"].append(s.time.updated)
-        raw["messages"].append(len(transcripts[s.id].messages))
+        raw["messages"].append(len(messages))
         raw["revert_message_id"].append(s.revert.message_id if s.revert is not None else None)
+        raw["cost"].append(_session_cost((m.info.cost for m in messages if m.info.role == "assistant")))
     return raw
+
+
+def _session_cost(costs: Iterable[Optional[float]]) -> Optional[float]:
+    """A session's cost: the sum of its model calls' costs, None when any of them is unknown."""
+    total = 0.0
+    for c in costs:
+        if c is None:
+            return None
+        total += c
+    return total
+
+
+def _sql_sessions(reader: SqlReader, ids, since, until, convert) -> Any:
+    """The sessions' columns, with ``cost`` summed from their messages' (a second query)."""
+    fetched = reader.sessions(ids, since, until)
+    if since is not None or until is not None:  # (the selected sessions' every message counts)
+        ids = [sid for chunk in fetched.chunks for sid in chunk["session_id"]]
+    costs = reader.message_costs(ids)
+    by_session: dict[str, list] = {}
+    for chunk in costs.chunks:
+        for sid, role, cost in zip(chunk["session_id"], chunk["role"], chunk["cost"]):
+            if role == "assistant":
+                by_session.setdefault(sid, []).append(cost)
+    fetched.names.append("cost")
+    for i, chunk in enumerate(fetched.chunks):
+        chunk["cost"] = tuple(_session_cost(by_session.get(sid, ())) for sid in chunk["session_id"])
+        fetched.chunks[i] = convert(chunk)
+    fetched.corrupt.extend(r for r in costs.corrupt if r not in fetched.corrupt)
+    return fetched
 
 
 def _port_messages(p: Any, ids, since, until) -> dict[str, list]:
@@ -194,6 +225,7 @@ def _port_messages(p: Any, ids, since, until) -> dict[str, list]:
         row = message_columns(info)  # the SQL columns' flattening, so both routes give one frame
         row["session_id"], row["message_id"] = sid, info.id
         row["error_message"] = info.error.message if info.error is not None else None  # whole, as ``data`` keeps it
+        row["cost"] = getattr(info, "cost", None)  # (not a flat SQL column: read off the document there)
         for k in names:
             raw[k].append(row[k])
     return raw
@@ -269,7 +301,8 @@ def _warn_corrupt(view: str, where: str, rows: list[CorruptRow]) -> None:
 
 def sessions_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = None, until: TimeLike = None,
                 batch: Optional[str] = None) -> pd.DataFrame:
-    """One row per session: id, title, created/updated (UTC), duration, message count, revert point.
+    """One row per session: id, title, created/updated (UTC), duration, message count, revert
+    point, and ``cost`` (USD: its model calls' costs summed; NaN when one of them is unknown).
 
     ``batch``: only the sessions of that batch's items (see :func:`~we0nb.batch_df`).
     """
@@ -279,12 +312,13 @@ def sessions_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = None
         ids = batch_session_ids(p, batch)
         wanted = _session_ids(session_id)
         session_id = ids if wanted is None else [s for s in ids if s in set(wanted)]
-    return _view("sessions_df", p, session_id, since, until, SESSION_COLUMNS, None, SqlReader.sessions,
+    return _view("sessions_df", p, session_id, since, until, SESSION_COLUMNS, None, _sql_sessions,
                  _port_sessions)
 
 
 def messages_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = None, until: TimeLike = None) -> pd.DataFrame:
-    """One row per message: role, times, duration, model, finish reason, error, tokens (Int64)."""
+    """One row per message: role, times, duration, model, finish reason, error, tokens (Int64) and
+    ``cost`` (USD, float; NaN for user messages and for a model call whose cost is unknown)."""
     return _view("messages_df", p, session_id, since, until, MESSAGE_COLUMNS, "session_id", SqlReader.messages,
                  _port_messages)
 

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Optional, Union
 
+from ..models.pricing import add_cost, format_cost
 from . import html as H
 from .plain import message_text
 
@@ -130,6 +131,10 @@ class LiveView:
         self.note: Optional[str] = None
         self.delta_count = 0
         self.event_count = 0
+        #: what the model calls shown so far cost, USD (None once one is unknown: then not shown);
+        #: a panel's view keeps the running total over its runs
+        self.cost: Optional[float] = 0.0
+        self.model_calls = 0
         self.updates = 0          # display messages sent (the first display included)
         self._dirty = False
         self._last_flush = float("-inf")
@@ -290,11 +295,18 @@ class LiveView:
         elif typ == "step-finish":
             msg = ev["message"]
             self._turn(msg.id, msg)
+            self._priced(msg)
         elif typ == "compaction" or typ == "approval-request":
             self._upsert_part(ev["part"])
+            if typ == "compaction":
+                self._priced(ev["message"])
         elif typ == "finish":
             self.result = ev.get("result")
         self._touch()
+
+    def _priced(self, message: Any) -> None:
+        self.model_calls += 1
+        self.cost = add_cost(self.cost, getattr(message, "cost", None))
 
     def show_stored(self, messages: Any) -> None:
         """Show the messages of this view as the store holds them (after an abort, say).
@@ -374,6 +386,9 @@ class LiveView:
             bits.append(f"<span class='we0-muted'>{el:.1f} s</span>")
         if self.delta_count:
             bits.append(f"<span class='we0-muted'>{self.delta_count:,} deltas</span>")
+        if self.model_calls and self.cost is not None:  # (unknown: nothing to show; the log said why)
+            bits.append(f"<span class='we0-muted' title='the cost of the model calls shown'>cost "
+                        f"{H.esc(format_cost(self.cost))}</span>")
         if self.note:
             bits.append(f"<span class='we0-muted'>{H.esc(self.note)}</span>")
         return f"<div class='we0-head' data-status='{H.esc(self.status)}'>{' '.join(bits)}</div>"
@@ -430,6 +445,8 @@ class LiveView:
             lines.append(f"error: {type(self.error).__name__}: {self.error}")
         if getattr(self.result, "truncated", False):
             lines.append(TRUNCATED)
+        if self.model_calls and self.cost is not None:
+            lines.append(f"cost: {format_cost(self.cost)} ({self.model_calls} model call{'s' * (self.model_calls != 1)})")
         return "\n".join(lines)
 
     def bundle(self, final: bool = False) -> Bundle:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import abc
 import hashlib
 from dataclasses import dataclass, field
-from typing import Optional, Protocol, Sequence, runtime_checkable
+from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
-__all__ = ["BATCH_STATUSES", "ENDED", "BatchItem", "BatchInfo", "ItemEnd", "NewItem", "BatchQueue", "batch_queue",
-           "fingerprint", "check_same_prompts"]
+__all__ = ["BATCH_STATUSES", "ENDED", "BatchItem", "BatchInfo", "ItemCost", "ItemEnd", "NewItem", "BatchQueue",
+           "batch_queue", "fingerprint", "check_same_prompts", "transcript_cost"]
 
 #: every status an item can have (``pending``: never started; ``running``: claimed by a worker)
 BATCH_STATUSES = ("pending", "running", "stop", "compact", "approval", "failed", "aborted")
@@ -102,6 +102,36 @@ class BatchInfo:
     unfinished: int = 0
 
 
+@dataclass(frozen=True)
+class ItemCost:
+    """What an item's model calls cost so far, read from its session's messages: ``priced`` sums
+    the calls whose cost is known (USD), ``unpriced`` counts the others (no price, no usage)."""
+
+    item: int
+    priced: float = 0.0
+    unpriced: int = 0
+
+    @property
+    def cost(self) -> Optional[float]:
+        """The item's cost (None when any of its calls has no known cost; 0.0 before any call)."""
+        return None if self.unpriced else self.priced
+
+
+def transcript_cost(item: int, transcript: Any) -> ItemCost:
+    """An item's :class:`ItemCost` from its session's transcript (every assistant message is a
+    model call, its ``cost`` None when unknown)."""
+    priced, unpriced = 0.0, 0
+    for m in transcript.messages:
+        info = m.info
+        if info.role != "assistant":
+            continue
+        if info.cost is None:
+            unpriced += 1
+        else:
+            priced += info.cost
+    return ItemCost(item, priced, unpriced)
+
+
 @runtime_checkable
 class BatchQueue(Protocol):
     """The batch queue: named batches of items that workers (in any process on the store) claim,
@@ -159,6 +189,11 @@ class BatchQueue(Protocol):
     @abc.abstractmethod
     async def list_batches(self, name: Optional[str] = None) -> list[BatchInfo]:
         """Every batch (or only ``name``), by name, with its counts by status."""
+
+    @abc.abstractmethod
+    async def batch_costs(self, name: str) -> list["ItemCost"]:
+        """What each item of the batch cost so far, in item order, from its session's messages
+        (``agent.batch(max_cost=...)`` and the frames' ``cost``); one query on a SQL store."""
 
 
 def batch_queue(store: object) -> BatchQueue:

@@ -38,7 +38,7 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
 SESSION_NAMES = ("session_id", "created", "updated", "messages", "revert_message_id", "title")
 MESSAGE_NAMES = ("session_id", "message_id", "role", "created", "completed", "parent_id", "model_id", "finish_reason",
                  "error_reason", "input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens", "summary",
-                 "error_message")
+                 "error_message", "cost")
 PART_NAMES = ("session_id", "message_id", "part_id", "tool", "status", "start", "end", "type", "text")
 TOOL_CALL_NAMES = ("session_id", "message_id", "part_id", "tool", "status", "start", "end", "call_id", "interrupted",
                    "interrupt_reason", "recalled", "input", "output", "error", "metadata", "approval",

@@ -15,7 +15,8 @@ from pydantic import TypeAdapter
 from ..errors import SessionBusyError
 from ..messages import Message, MessageWithParts, Part, Session, Transcript
 from .base import Lease, Persistence, Write, lease_owner
-from .batches import BatchInfo, BatchItem, BatchQueue, ItemEnd, NewItem, check_same_prompts, fingerprint
+from .batches import (BatchInfo, BatchItem, BatchQueue, ItemCost, ItemEnd, NewItem, check_same_prompts, fingerprint,
+                      transcript_cost)
 from .columns import ColumnReader, ColumnReads
 
 __all__ = ["MemoryPersistence"]
@@ -211,6 +212,9 @@ class MemoryPersistence(Persistence, BatchQueue, ColumnReads):
 
     async def list_batches(self, name: Optional[str] = None) -> list[BatchInfo]:
         return self._infos(name)
+
+    async def batch_costs(self, name: str) -> list[ItemCost]:
+        return [transcript_cost(it.item, await self.load_transcript(it.session_id)) for it in self._rows(name)]
 
     def _infos(self, name: Optional[str]) -> list[BatchInfo]:
         names = sorted(self._batches) if name is None else [name] if name in self._batches else []

@@ -58,6 +58,7 @@ class TranscriptColumns(ColumnReader):
             cols = message_columns(info)
             cols["session_id"], cols["message_id"] = sid, info.id
             cols["error_message"] = info.error.message if info.error is not None else None  # whole, as ``data`` keeps it
+            cols["cost"] = getattr(info, "cost", None)  # (in the document: the SQL reader extracts it from ``data``)
             rows.append(tuple(cols[n] for n in MESSAGE_NAMES))
         return _fetched(MESSAGE_NAMES, rows, convert)
 

@@ -12,14 +12,15 @@ import os
 import socket
 from typing import Any, Optional, Sequence
 
-from ..batches import BatchInfo, BatchItem, BatchQueue, ItemEnd, NewItem, check_same_prompts, fingerprint
+from ..batches import BatchInfo, BatchItem, BatchQueue, ItemCost, ItemEnd, NewItem, check_same_prompts, fingerprint
 from . import statements as q
 from .driver import Driver, Params
 from .lease import pid_alive
 from .statements import END_COLUMNS
 from .tables import cut
 
-__all__ = ["SqlBatchQueue", "item_from_row", "owner_process", "read_items", "read_infos"]
+__all__ = ["SqlBatchQueue", "item_from_row", "owner_process", "read_items", "read_infos", "costs_from_rows",
+           "read_costs"]
 
 
 def item_from_row(row: Any) -> BatchItem:
@@ -109,6 +110,9 @@ class SqlBatchQueue(BatchQueue):
         _add_counts(out, counts)
         return list(out.values())
 
+    async def batch_costs(self, name: str) -> list[ItemCost]:
+        return costs_from_rows(await self.db.fetchall(q.BATCH_COSTS, {"b": name}))
+
 
 def _new_item(name: str, i: int, it: NewItem) -> Params:
     return {"batch": name, "item": i, "session_id": it.session_id, "prompt": it.prompt, "status": "pending",
@@ -171,6 +175,23 @@ def read_infos(conn: Any) -> list[BatchInfo]:
                           .group_by(I.c.batch, I.c.status, I.c.queued))
     _add_counts(out, [tuple(r) for r in counts])
     return list(out.values())
+
+
+def costs_from_rows(rows: list[Any]) -> list[ItemCost]:
+    """``batch_costs`` rows (item, sum of known costs, calls without one) as :class:`ItemCost`."""
+    return [ItemCost(int(item), float(priced or 0.0), int(unpriced or 0)) for item, priced, unpriced in rows]
+
+
+def read_costs(conn: Any, name: str) -> list[ItemCost]:
+    """What each item of batch ``name`` cost so far, through a synchronous SQLAlchemy connection."""
+    from sqlalchemy import inspect
+
+    from . import tables as S
+
+    if not inspect(conn).has_table(S.batch_items.name):
+        return []
+    dialect = "postgresql" if conn.dialect.name == "postgresql" else "sqlite"
+    return costs_from_rows(list(conn.exec_driver_sql(q.compiled(dialect)[q.BATCH_COSTS], {"b": name})))
 
 
 def _add_counts(out: dict[str, BatchInfo], counts: list[Any]) -> None:

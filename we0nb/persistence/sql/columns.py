@@ -175,6 +175,12 @@ class SqlReader(ColumnReader):
 
         return self._records(lambda conn: read_items(conn, name))
 
+    def batch_costs(self, name: str) -> list[Any]:
+        """What each item of batch ``name`` cost so far (:class:`~we0nb.persistence.batches.ItemCost`)."""
+        from .batches import read_costs
+
+        return self._records(lambda conn: read_costs(conn, name))
+
     def _records(self, read: Callable[[Any], list[Any]]) -> list[Any]:
         with self._connection() as conn:
             try:
@@ -204,8 +210,24 @@ class SqlReader(ColumnReader):
         flat += [(c, m.c[c]) for c in ("created", "completed", "parent_id", "model_id", "finish_reason",
                                        "error_reason", "input_tokens", "output_tokens", "reasoning_tokens",
                                        "cached_tokens", "summary")]
-        q = _Query(m, flat, [_Doc("error_message", m.c.error_message, _error_message, False)], created=m.c.created)
+        q = _Query(m, flat, [_Doc("error_message", m.c.error_message, _error_message, False), self._cost()],
+                   created=m.c.created)
         return self._read(q, ids, since, until, convert)
+
+    def message_costs(self, ids: Optional[Sequence[str]] = None) -> Fetched:
+        """session_id, role and cost of every message: what a session's cost is summed from."""
+        m = T.messages
+        q = _Query(m, [("session_id", m.c.session_id), ("role", m.c.role)], [self._cost()], created=m.c.created)
+        return self._read(q, ids, None, None, None)
+
+    def _cost(self) -> "_Doc":
+        """A message's ``cost`` (USD, None when unknown), a member of its document."""
+        import sqlalchemy as sa
+
+        sql = _extract(self.dialect, T.messages.c.data, ("cost",), False)
+        if sql is not None and self.dialect == "postgresql":
+            sql = sa.cast(sql, sa.Float)
+        return _Doc("cost", sql, _cost_of, True)
 
     def parts(self, ids: Optional[Sequence[str]] = None, since: Optional[int] = None,
               until: Optional[int] = None, convert: Optional[Convert] = None, *,
@@ -448,6 +470,11 @@ def _part_text(doc: dict) -> Optional[str]:
     t = doc.get("type")
     return _json_member(doc, ("text",), False) if t in _TEXT_TYPES else \
         _json_member(doc, ("summary",), False) if t == "compaction" else None
+
+
+def _cost_of(doc: dict) -> Optional[float]:
+    v = doc.get("cost")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _error_message(doc: dict) -> Optional[str]:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional
 
-from sqlalchemy import and_, bindparam, delete, false, func, literal_column, select, table, column, true, update
+from sqlalchemy import (Float, and_, bindparam, case, cast, column, delete, false, func, literal_column, null, select,
+                        table, true, update)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from . import tables as S
@@ -80,6 +81,7 @@ BATCH_FREE = Stmt("batch_free")
 BATCH_ITEMS = Stmt("batch_items")
 BATCH_COUNTS = Stmt("batch_counts")
 BATCH_COUNTS_ALL = Stmt("batch_counts_all")
+BATCH_COSTS = Stmt("batch_costs")
 
 
 # --------------------------------------------------------------------------- rows
@@ -232,7 +234,30 @@ def _batch_constructs(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Option
         BATCH_ITEMS: (select(*cols).where(I.c.batch == b).order_by(I.c.item), None),
         BATCH_COUNTS: (counts.where(I.c.batch == b), None),
         BATCH_COUNTS_ALL: (counts, None),
+        BATCH_COSTS: (_batch_costs(dialect), None),
     }
+
+
+#: an assistant message's cost as its document ends with it (``cost`` is the last field
+#: pydantic writes): PostgreSQL reads it without parsing the JSON, which it refuses to do for
+#: a document holding ``\u0000`` (and fails on for a corrupt one)
+_PG_COST = "',\"cost\":(-?[0-9][0-9.eE+-]*)}$'"
+
+
+def _batch_costs(dialect: str) -> Any:
+    """Per item of batch ``b``: the sum of its messages' known costs and how many model calls
+    (assistant messages) have none; items without messages give NULL and 0."""
+    B, M = S.batch_items, S.messages
+    cost: Any
+    if dialect == "sqlite":  # (json_valid: a corrupt document is a call without a known cost)
+        cost = case((func.json_valid(M.c.data) == literal_column("1"),
+                     func.json_extract(M.c.data, literal_column("'$.cost'"))), else_=null())
+    else:
+        cost = cast(func.substring(M.c.data, literal_column(_PG_COST)), Float)
+    unpriced = case((and_(M.c.id.is_not(None), cost.is_(None)), literal_column("1")), else_=literal_column("0"))
+    joined = B.outerjoin(M, and_(M.c.session_id == B.c.session_id, M.c.role == literal_column("'assistant'")))
+    return (select(B.c.item, func.sum(cost), func.sum(unpriced)).select_from(joined)
+            .where(B.c.batch == bindparam("b")).group_by(B.c.item).order_by(B.c.item))
 
 
 def _dialect(name: str) -> Any:

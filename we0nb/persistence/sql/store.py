@@ -46,7 +46,7 @@ from ...messages import Session, Transcript
 from ...models.base import ModelMessage
 from ...models.view import load_views
 from ..base import Lease, Persistence, RecentHistory, Write, recent_start
-from ..batches import BatchInfo, BatchItem, BatchQueue, ItemEnd, NewItem
+from ..batches import BatchInfo, BatchItem, BatchQueue, ItemCost, ItemEnd, NewItem
 from ..columns import ColumnReader, ColumnReads
 from . import statements as q
 from .batches import SqlBatchQueue
@@ -309,3 +309,6 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads):
 
     async def list_batches(self, name: Optional[str] = None) -> list[BatchInfo]:
         return await self._batches.list_batches(name)
+
+    async def batch_costs(self, name: str) -> list[ItemCost]:
+        return await self._batches.batch_costs(name)

@@ -1,0 +1,106 @@
+"""W10 on a busy machine: instructions per delta (W1) and per step (W2) under callgrind.
+
+Wall times on a shared 2-core machine drift by 2× while other work runs; instruction counts do
+not. Each figure is the difference of two runs of one workload under ``valgrind
+--tool=callgrind`` (a long and a short one, so start-up cancels out), divided by the
+difference in deltas or steps. Variants: ``plain`` (OpenTelemetry not imported: every run of a
+process that does not trace), ``off`` (``opentelemetry.trace`` imported, no provider: one
+check per run), ``noop`` (the API's no-op provider given to the agent: every observer call
+made, nothing recorded), ``on`` (SDK provider, ``BatchSpanProcessor``, an exporter that drops
+the spans). ``--base DIR`` measures ``plain`` on another checkout too (e.g. ``/work/base``).
+
+Usage: python bench/w10_instructions.py [--base /work/base]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+HERE = Path(__file__).resolve()
+SIZES = {"w1": (2_000, 12_000), "w2": (40, 240)}
+
+CHILD = r'''
+import asyncio, sys
+variant, workload, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+provider = None
+if variant != "plain":
+    from opentelemetry import trace
+if variant == "noop":
+    provider = trace.NoOpTracerProvider()
+if variant == "on":
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Drop(SpanExporter):
+        def export(self, spans):
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Drop(), max_queue_size=65536, max_export_batch_size=4096,
+                                                   schedule_delay_millis=600_000))
+from we0nb import MemoryPersistence, ScriptedModel, We0Agent, tool, user_message
+from we0nb.testing import text, tool_call
+
+@tool(side_effects=False)
+async def aping(i: int) -> str:
+    return "pong"
+
+def agent(steps, **kw):
+    if provider is not None:
+        kw["tracer_provider"] = provider
+    return We0Agent(ScriptedModel(steps), tools=[aping], persistence=MemoryPersistence(), max_steps=10_000, **kw)
+
+async def main():
+    if workload == "w1":
+        a = agent([[text(["ab "] * n)]])
+    else:
+        a = agent([[tool_call("aping", {"i": i})] for i in range(n)] + [[text("done")]])
+    async for _ in a.stream(messages=[user_message("go")]):
+        pass
+
+asyncio.run(main())
+'''
+
+
+def instructions(pythonpath: str, variant: str, workload: str, n: int) -> int:
+    env = {**os.environ, "PYTHONPATH": pythonpath}
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
+                          CHILD, variant, workload, str(n)], env=env, capture_output=True, text=True, timeout=3600)
+    m = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
+    if out.returncode != 0 or m is None:
+        raise RuntimeError(out.stderr[-2000:])
+    return int(m.group(1))
+
+
+def per_unit(pythonpath: str, variant: str, workload: str) -> float:
+    small, big = SIZES[workload]
+    return (instructions(pythonpath, variant, workload, big) - instructions(pythonpath, variant, workload, small)) \
+        / (big - small)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", help="another checkout to measure 'plain' on (its PYTHONPATH)")
+    a = ap.parse_args()
+    here = str(HERE.parent.parent)
+    rows: list[tuple[str, str, Optional[float], Optional[float]]] = []
+    if a.base:
+        rows.append(("base", a.base, None, None))
+    for v in ("plain", "off", "noop", "on"):
+        rows.append((v, here, None, None))
+    print("instructions per W1 delta / per W2 step (callgrind; the difference of a long and a short run)")
+    for name, path, _, _ in rows:
+        variant = "plain" if name == "base" else name
+        w1 = per_unit(path, variant, "w1")
+        w2 = per_unit(path, variant, "w2")
+        print(f"  {name:6} {w1:10,.0f} per delta   {w2:12,.0f} per step", flush=True)
+
+
+if __name__ == "__main__":
+    main()
