@@ -133,6 +133,7 @@ def _schemas(tr: Transcript, part: ToolPart, url: str) -> dict[str, Any]:
     """The tool definitions ``--input`` is checked with: the demo's, for a session the demo wrote."""
     from .demo import _is_demo_session
 
+    assert tr.session is not None  # (the caller found the call in this session)
     if not _is_demo_session(tr):
         raise CliError(f"--input: the command line knows the schemas of the demo's tools only, so it cannot check "
                        f"corrected arguments for {part.tool!r} in a session `we0nb demo` did not write. Approve the "
@@ -153,9 +154,9 @@ def _one_line(e: BaseException) -> str:
 def _said(part: ToolPart, session_id: str) -> None:
     detail = part.approval_detail
     if part.approval == "approved":
-        edited = detail is not None and detail.input is not None
         extra = (f"; corrected arguments {json.dumps(detail.input, ensure_ascii=False)} will run instead of the "
-                 f"model's {json.dumps(detail.original_input, ensure_ascii=False)}" if edited else "")
+                 f"model's {json.dumps(detail.original_input, ensure_ascii=False)}"
+                 if detail is not None and detail.input is not None else "")
         say(f"approved {call_label(part)}, call {part.call_id} of session {session_id!r}: recorded in the store{extra}.")
     else:
         why = f" (reason: {detail.reason})" if detail is not None and detail.reason else " (no reason given)"

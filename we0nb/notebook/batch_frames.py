@@ -9,7 +9,7 @@ sessions of one batch, and the other frames join them on ``session_id``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import pandas as pd
 
@@ -38,7 +38,7 @@ def batches_df(p: Any) -> pd.DataFrame:
     data["unfinished"] = pd.Series([i.unfinished for i in infos], dtype="Int64")
     data["created"] = times([i.created for i in infos])
     data["updated"] = times([i.updated for i in infos])
-    return pd.DataFrame(data)[list(BATCHES_COLUMNS)]
+    return cast(pd.DataFrame, pd.DataFrame(data)[list(BATCHES_COLUMNS)])
 
 
 def batch_df(p: Any, name: str) -> pd.DataFrame:

@@ -46,7 +46,7 @@ _early: set[str] = set()
 
 def _kernel() -> Any:
     try:
-        from IPython import get_ipython
+        from IPython.core.getipython import get_ipython
     except ImportError:
         return None
     ip = get_ipython()
@@ -59,7 +59,7 @@ def kernel_version() -> Optional[tuple[int, ...]]:
     except ImportError:
         return None
     parts = []
-    for piece in ipykernel.__version__.split(".")[:3]:
+    for piece in str(getattr(ipykernel, "__version__", "0")).split(".")[:3]:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits or 0))
     return tuple(parts)

@@ -149,8 +149,11 @@ def convert(chunk: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
         elif how == "i":
             out[name] = pa.array(values, type=pa.int64())
         else:
-            out[name] = np.array(values, dtype={"f": "float64", "n": "int64", "b": bool}[how]).reshape(len(values))
+            out[name] = np.array(values, dtype=_NUMPY[how]).reshape(len(values))
     return out
+
+
+_NUMPY: dict[str, Any] = {"f": "float64", "n": "int64", "b": bool}
 
 
 def _join(parts: list, how: str) -> Any:
@@ -212,7 +215,9 @@ def _to_time(seconds: np.ndarray) -> pd.DatetimeIndex:
 
 def _order(keys: Any) -> np.ndarray:
     """1-based position within runs of equal consecutive keys (rows are sorted by group)."""
-    import pyarrow.compute as pc
+    import pyarrow.compute
+
+    pc: Any = pyarrow.compute  # (its functions are made at import time: no static names to check)
 
     n = len(keys)
     if n == 0:
@@ -234,7 +239,9 @@ def _outcome(status: pd.Categorical, interrupted: np.ndarray, recalled: np.ndarr
 
 def _in_order(keys: list) -> bool:
     """Whether the rows are already sorted by ``keys`` (no nulls): a few vector compares, no sort."""
-    import pyarrow.compute as pc
+    import pyarrow.compute
+
+    pc: Any = pyarrow.compute  # (its functions are made at import time: no static names to check)
 
     n = len(keys[0])
     ok = None
@@ -247,7 +254,9 @@ def _in_order(keys: list) -> bool:
 def _sorted(base: dict[str, Any], n: int) -> dict[str, Any]:
     """Rows in id order (session, message, part); most reads already are, then nothing moves."""
     import pyarrow as pa
-    import pyarrow.compute as pc
+    import pyarrow.compute
+
+    pc: Any = pyarrow.compute  # (its functions are made at import time: no static names to check)
 
     keys = [k for k in _SORT_KEYS if k in base]
     if n < 2 or not keys or _in_order([base[k] for k in keys]):

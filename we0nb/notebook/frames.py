@@ -53,7 +53,7 @@ import datetime as _dt
 import json
 import math
 import warnings
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union, cast
 
 import numpy as np
 import pandas as pd
@@ -434,7 +434,7 @@ def session_summary(p: Any, session_id: SessionIds = None, *, since: TimeLike = 
         out[value] = by_approval[value] if value in by_approval else 0
     last = msgs["completed"].fillna(msgs["created"])
     mg = msgs.assign(_last=last).groupby("session_id", sort=False)
-    out["wall_time"] = mg["_last"].max() - mg["created"].min()
+    out["wall_time"] = cast(pd.Series, mg["_last"].max()) - cast(pd.Series, mg["created"].min())
     out["step_time"] = asst.groupby("session_id", sort=False)["duration"].sum()
     out["tool_time"] = cg["duration"].sum()
     for col in ("input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens"):
@@ -450,7 +450,7 @@ def session_summary(p: Any, session_id: SessionIds = None, *, since: TimeLike = 
             out[col] = s.astype(TD_DTYPE)
         else:
             out[col] = out[col].astype(dtype)
-    return out[list(SUMMARY_COLUMNS)]
+    return cast(pd.DataFrame, out[list(SUMMARY_COLUMNS)])
 
 
 # --------------------------------------------------------------------------- JSON columns

@@ -52,9 +52,10 @@ def _make_magics_class() -> Any:
             from .panel import RunPanel
 
             if {"-h", "--help"} & set(line.split()):
-                print(self.we0.parser.format_help().rstrip() + "\n\n" + _USAGE)
+                print(getattr(self.we0, "parser").format_help().rstrip() + "\n\n" + _USAGE)
                 return
             args = parse_argstring(self.we0, line)
+            assert self.shell is not None  # (a magic runs in a shell)
             ns = self.shell.user_ns
             if args.agent not in ns:
                 raise NameError(f"%%we0: no variable {args.agent!r} in the notebook; create one with "
@@ -77,7 +78,8 @@ def _make_magics_class() -> Any:
                 panel.resume()
             else:
                 panel.start(body)
-            self.sessions[args.agent] = panel.session_id
+            if panel.session_id is not None:
+                self.sessions[args.agent] = panel.session_id
             ns[args.panel] = panel
 
     return We0Magics

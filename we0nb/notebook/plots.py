@@ -9,7 +9,7 @@ frames accept (a persistence, an agent, an Engine, a URL).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 import pandas as pd
@@ -66,7 +66,7 @@ def _themed(fn: Any) -> Any:
                              f"(your matplotlib style), got {theme!r}.")
         import matplotlib
 
-        with matplotlib.rc_context(THEME):
+        with matplotlib.rc_context(cast(Any, THEME)):
             return fn(*args, **kwargs)
 
     return wrapper
@@ -116,7 +116,7 @@ class _Clock:
         times = pd.concat([msgs["created"], msgs["completed"], calls["start"], calls["end"],
                            calls["decided"]]).dropna()
         last = times.max()
-        if (calls["approval"] == "requested").any():
+        if bool((calls["approval"] == "requested").any()):
             last = max(last, pd.Timestamp.now(tz="UTC"))
         self.end = (last - self.t0).total_seconds()
         self.min_width = max(self.end, 1e-3) * 0.004   # the thinnest bar that still shows
@@ -216,7 +216,7 @@ def plot_timeline(p: Any, session_id: str, *, ax: Any = None, title: Optional[st
         raise ValueError(f"Session {session_id!r} has no messages to plot.")
     calls = tool_calls_df(p, session_id)
     if ax is None:
-        n_lanes = int((msgs["role"] == "assistant").sum()) + len(calls)
+        n_lanes = int(cast(Any, (msgs["role"] == "assistant").sum())) + len(calls)
         fig, (ax,) = _new_axes(1, figsize=(10, max(2.0, 0.32 * n_lanes + 1.2)))
     else:
         fig = ax.figure
@@ -239,7 +239,7 @@ def plot_tools(p: Any, session_id: SessionIds = None, *, since: TimeLike = None,
     """
     calls = tool_calls_df(p, session_id, since=since, until=until)
     if axes is None:
-        n_tools = max(1, calls["tool"].nunique())
+        n_tools = max(1, int(cast(Any, calls["tool"].nunique())))
         fig, axes = _new_axes(2, figsize=(11, max(2.0, 0.45 * n_tools + 1.3)))
     else:
         axes = list(axes)

@@ -60,22 +60,27 @@ class Driver(Protocol):
 
     async def execute(self, stmt: Stmt, params: Params) -> int:
         """One statement, committed on its own; its row count."""
+        ...
 
     async def fetchall(self, stmt: Stmt, params: Params) -> list[Any]:
         """One query; its rows."""
+        ...
 
     async def run(self, calls: Sequence[Call]) -> list[Any]:
         """Statements that do not need each other's answers, in order: each one's rows or row
         count. Sent together where the backend can (PostgreSQL: one round trip); on SQLite
         inline, calls that write run in one transaction."""
+        ...
 
     async def transaction(self, ops: Sequence[Op], guard: Optional[Guard] = None) -> bool:
         """``ops`` in one transaction, after ``guard``: False (nothing written) when it did not hold."""
+        ...
 
     async def commit(self, ops: Sequence[Op], guard: Optional[Guard], *, crowded: bool) -> bool:
         """A run's commit: :meth:`transaction`'s outcome, possibly written together with other
         runs' commits of the same moment (group commit). ``crowded``: other runs of this event
         loop commit too (SQLite then groups; PostgreSQL groups whatever arrives together)."""
+        ...
 
     def read_now(self, queries: Sequence[tuple[Stmt, Params]]) -> Optional[list[list[Any]]]:
         """Several reads at once, synchronously, where the backend can (SQLite inline, when the

@@ -39,6 +39,6 @@ async def at_shutdown(loop: asyncio.AbstractEventLoop, guards: "weakref.WeakKeyD
             except Exception:  # on purpose: the loop is shutting down; nothing is left to tell
                 pass
 
-    agen = guard()
+    agen: Any = guard()  # (an async generator: ``async def`` with ``yield``)
     await agen.__anext__()
     guards[loop] = agen

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 from .database import Database, pg_settings
 from .driver import Call, Guard, Op, Params, guarded
@@ -150,7 +150,7 @@ class PgConnections:
         conn = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **self.connect_args)
         try:
             for stmt in self.settings:
-                await conn.execute(stmt)
+                await conn.execute(cast(Any, stmt))  # (text built from our constants, not a LiteralString to the checker)
         except BaseException:
             await conn.close()
             raise
