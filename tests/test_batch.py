@@ -117,7 +117,8 @@ async def test_a_slot_starts_its_next_item_once_its_last_item_has_made_its_last_
     calls = Calls(log)
     batch = await make_agent(store, ledger, steps=1, calls=calls).batch(prompts(3), name="lanes", concurrency=1,
                                                                        progress=False)
-    assert batch.counts == {"stop": 3} and sorted(log[-3:]) == ["end 0", "end 1", "end 2"]
+    # every end is recorded before batch() returns (item 0's may come before item 2's call on a busy machine)
+    assert batch.counts == {"stop": 3} and sorted(e for e in log if e.startswith("end")) == ["end 0", "end 1", "end 2"]
     # item 1 called the model before item 0's end was recorded, item 2 before item 1's
     assert log.index("call p1") < log.index("end 0") and log.index("call p2") < log.index("end 1")
     # one slot, one item calling the model at a time: each item's calls are together, in order

@@ -161,6 +161,32 @@ async def test_the_cost_is_persisted_with_the_message_and_a_new_price_never_rewr
     assert costs == [pytest.approx(0.002), pytest.approx(0.01)]
 
 
+@tool(side_effects=True)
+async def pay(q: str) -> str:
+    await asyncio.sleep(30)  # (aborted while it runs)
+    return "paid"
+
+
+async def test_a_model_call_aborted_while_its_tools_run_keeps_what_it_cost(store) -> None:
+    """The call's usage and cost are written with its first call's write-ahead, so an abort
+    while the calls run does not lose them; resume then closes the message with them."""
+    model = ScriptedModel([[tool_call("pay", {"q": "a"}), usage(1000, 1000)], [text("ok"), usage(1000, 0)]],
+                          price=(1.0, 1.0))
+    agent = We0Agent(model, tools=[pay], persistence=store)
+    abort = asyncio.Event()
+    with pytest.raises(asyncio.CancelledError):
+        async for ev in agent.stream(abort=abort, session_id="s", messages=[user_message("go")]):
+            if ev["type"] == "tool" and ev["part"].state.status == "running":
+                abort.set()
+    first = [m.info for m in (await store.load_transcript("s")).messages if m.info.role == "assistant"][0]
+    assert first.time.completed is None  # (unfinished: the abort came mid-step)
+    assert (first.usage.input_tokens, first.usage.output_tokens, first.cost) == (1000, 1000, pytest.approx(0.002))
+    resumed = await agent.invoke(session_id="s", mode="resume")
+    steps = [m.info for m in (await store.load_transcript("s")).messages if m.info.role == "assistant"]
+    assert steps[0].cost == pytest.approx(0.002) and steps[0].time.completed is not None
+    assert resumed.cost == pytest.approx(0.001)  # (the resumed run's own model call)
+
+
 async def test_frames_have_a_cost_column_nan_when_unknown(store) -> None:
     priced = We0Agent(ScriptedModel([[tool_call("look", {"q": "a"}), usage(1000, 100)], [text("x"), usage(1000, 100)]],
                                     price=(1.0, 2.0)), tools=[look], persistence=store)

@@ -21,18 +21,20 @@ def ping(i: int) -> str:
 
 
 class Counting(MemoryPersistence):
-    """Records each commit (one transaction in a SQL store): "batch+end" when it also carries a
-    held step end, "part" for one part alone, else "batch"."""
+    """Records each commit (one transaction in a SQL store): "part" for a call's write-ahead (one
+    part, with its message's row ahead of it: the model call's usage and cost), "batch+end" when
+    it also carries a held step end, else "batch"."""
 
     def __init__(self) -> None:
         super().__init__()
         self.writes: list[str] = []
 
     async def commit(self, writes: Any, **kw: Any) -> None:
-        if len(writes) > 1:
-            self.writes.append("batch+end")
-        elif writes[0][0] is None and len(writes[0][1]) == 1:
+        last = writes[-1]
+        if last[0] is None and len(last[1]) == 1 and all(not parts for _, parts, _ in writes[:-1]):
             self.writes.append("part")
+        elif len(writes) > 1:
+            self.writes.append("batch+end")
         else:
             self.writes.append("batch")
         await super().commit(writes, **kw)

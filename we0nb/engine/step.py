@@ -52,7 +52,12 @@ async def run_step(state: "RunState", executor: "ToolExecutor",
         reply = processor.run(request)
     async for item in reply:
         yield item
+    _price(state, info, processor)
     calls = msg.tool_parts
+    if calls and processor.finish is not None:
+        # the model call's usage and cost go with the first call's write-ahead: an abort while
+        # the calls run keeps what the call cost (the step's end rewrites the message anyway)
+        writer.hold_message(info)
     async for ev in executor.run_step(calls):
         yield ev
     state.scope.check()
@@ -92,20 +97,25 @@ async def _started(state: "RunState", info: AssistantMessage, request: ModelRequ
     yield {"type": "step-start", "step": state.steps, "message": state.snap(info)}
 
 
+def _price(state: "RunState", info: AssistantMessage, processor: StepProcessor) -> None:
+    """The model call's usage and what it cost, on its message, as soon as the reply has ended."""
+    finish = processor.finish
+    info.usage = finish.usage if finish is not None else FinishEvent().usage
+    info.cost = call_cost(state.agent.model, finish.usage if finish is not None else None, info.time.created)
+
+
 def _close_step(state: "RunState", msg: MessageWithParts, processor: StepProcessor,
                 calls: list[ToolPart]) -> tuple[AssistantMessage, StepFinishPart, list[Event]]:
     """Close the step's message: its finish part, times and usage; the step end's events."""
     info: AssistantMessage = msg.info  # type: ignore[assignment]
     finish = processor.finish or FinishEvent()
-    state.usage = state.usage + finish.usage
+    state.usage = state.usage + info.usage
     end = now()
     sf = StepFinishPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
                         reason=finish.reason, usage=finish.usage, time=end)
     msg.parts.append(sf)
     info.time = MessageTime(created=info.time.created, completed=end)
     info.finish_reason = finish.reason
-    info.usage = finish.usage
-    info.cost = call_cost(state.agent.model, finish.usage if processor.finish else None, info.time.created)
     state.cost = add_cost(state.cost, info.cost)
     # the last call's end state is committed with the step's end: its event waits for it (a
     # call left pending behind an approval has not changed, so it has no new event)

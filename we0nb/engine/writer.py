@@ -210,6 +210,10 @@ class Writer:
         self.dirty.clear()
         self._held_events.extend(events)
 
+    def hold_message(self, message: MessageInfo) -> None:
+        """Write ``message``'s row (alone: its parts go as they are due) with the next commit."""
+        self._held.append((message, (), None))
+
     def take_held_events(self) -> list[Event]:
         """The events of held writes that are now committed (yield them in order)."""
         events, self._held_events = self._held_events, []
