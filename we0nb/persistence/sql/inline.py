@@ -7,10 +7,17 @@ holds no event-loop objects, so one instance works across successive ``asyncio.r
 
 What must never block the loop is a *wait*: the connection's own busy timeout is zero,
 and a statement that finds another process's write lock is retried with an async backoff
-(:meth:`InlineSqlite._retry`) until the configured ``busy_timeout`` has passed. WAL
-checkpoints (the only fsyncs under NORMAL) run on a background thread every
-:attr:`~InlineSqlite.CHECKPOINT_EVERY` commits, and :meth:`~InlineSqlite.close` joins that
-thread and closes the connection (which checkpoints) off the loop.
+(:meth:`InlineSqlite._retry`) until the configured ``busy_timeout`` has passed.
+
+WAL checkpoints (the only fsyncs under NORMAL) run on a background thread, never in a commit
+(automatic checkpoints are off). The WAL is kept bounded by its size, not by a count of
+commits: after each commit the loop looks at the WAL's size (one ``stat``); past
+:attr:`~InlineSqlite.WAL_LIMIT` (or the database's own size, when larger) it wakes the thread,
+which runs a ``TRUNCATE`` checkpoint: it waits for the write lock (the loop's writers meanwhile
+back off asynchronously, as for another process's lock), copies the WAL into the database and
+empties the file. So the WAL stays within about one database plus a few MiB whatever the batch's
+length (a passive checkpoint alone never catches up with a busy writer: the file only grew).
+:meth:`~InlineSqlite.close` joins that thread and closes the connection (which checkpoints) off the loop.
 
 While several runs of one loop commit at once (a batch), their commits go through
 :mod:`.sqlite_group` (one transaction per pass of the loop) instead of one transaction each.
@@ -51,8 +58,10 @@ class InlineSqlite:
     (opened lazily) on the calling thread."""
 
     dialect = "sqlite"
-    #: commits between WAL checkpoints (a few thousand WAL pages: each checkpoint fsyncs)
-    CHECKPOINT_EVERY = 1000
+    #: the WAL size (bytes) past which a checkpoint is asked for; the database's size when larger
+    WAL_LIMIT = 4 * 1024 * 1024
+    #: the size SQLite cuts the WAL file back to when it starts it again (``journal_size_limit``)
+    WAL_KEEP = 4 * 1024 * 1024
     #: the longest single async back-off sleep while the database is locked (seconds)
     MAX_BACKOFF = 0.025
 
@@ -62,7 +71,10 @@ class InlineSqlite:
         self.lock = threading.RLock()  # the checkpoint thread and close() use the connection too
         self.conn: Optional[sqlite3.Connection] = None
         self.wal = False
-        self.commits = 0
+        self.wal_path = ""  # the WAL file ("": none to watch, e.g. an in-memory database)
+        self.db_path = ""
+        self.wal_limit = self.WAL_LIMIT
+        self.checkpoints = 0  # how many checkpoints were asked for (the tests read it)
         self.ckpt_wake = threading.Event()
         self.ckpt_thread: Optional[threading.Thread] = None
         self.ckpt_stop = False
@@ -212,13 +224,15 @@ class InlineSqlite:
             if self.wal:
                 # checkpoints (which fsync) run on a background thread, not in a commit
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
+                conn.execute(f"PRAGMA journal_size_limit = {self.WAL_KEEP}")
+                self.db_path = conn.execute("PRAGMA database_list").fetchone()[2] or ""
+                self.wal_path = self.db_path + "-wal" if self.db_path else ""
             ensure_schema(SqliteDb(conn, self.where))
             self._probe_writable(conn)
         except BaseException:
             conn.close()
             raise
         self.conn = conn
-        self.commits = 0
         return conn
 
     @staticmethod
@@ -233,14 +247,27 @@ class InlineSqlite:
     # ------------------------------------------------------------------ WAL checkpoints off the loop
 
     def _committed(self) -> None:
-        self.commits += 1
-        if self.commits >= self.CHECKPOINT_EVERY and self.wal:
-            self.commits = 0
-            if self.ckpt_thread is None or not self.ckpt_thread.is_alive():
-                self.ckpt_thread = threading.Thread(target=self._checkpointer, name="we0nb-sqlite-checkpoint",
-                                                    daemon=True)
-                self.ckpt_thread.start()
-            self.ckpt_wake.set()
+        """After a commit: ask for a checkpoint once the WAL has outgrown its limit."""
+        if not self.wal_path:
+            return
+        try:
+            wal = os.stat(self.wal_path).st_size
+            if wal <= self.wal_limit:
+                return
+            # the limit follows the database: a checkpoint of a large database's WAL costs like its pages
+            self.wal_limit = max(self.WAL_LIMIT, os.stat(self.db_path).st_size)
+        except OSError:  # (the file is gone or unreadable: the next commit looks again)
+            return
+        if wal > self.wal_limit:
+            self._ask_checkpoint()
+
+    def _ask_checkpoint(self) -> None:
+        self.checkpoints += 1
+        if self.ckpt_thread is None or not self.ckpt_thread.is_alive():
+            self.ckpt_thread = threading.Thread(target=self._checkpointer, name="we0nb-sqlite-checkpoint",
+                                                daemon=True)
+            self.ckpt_thread.start()
+        self.ckpt_wake.set()
 
     def _checkpointer(self) -> None:
         busy_ms = int(self.busy_timeout * 1000)  # this thread may wait: it is not the loop's
@@ -257,8 +284,10 @@ class InlineSqlite:
                 if self.ckpt_stop:
                     return
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                except sqlite3.Error as e:  # busy or read-only: the next round tries again
+                    # TRUNCATE: waits for the writer (the loop backs off meanwhile), copies every frame,
+                    # and empties the WAL; a passive one would leave it growing behind a busy writer
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                except sqlite3.Error as e:  # busy, read-only or a full disk: the next commit asks again
                     log.debug("WAL checkpoint skipped: %s", e)
         finally:
             conn.close()
