@@ -1,0 +1,55 @@
+"""A claim (or an item's end) whose answer is lost after it committed neither hangs a batch nor
+runs an item twice (issue 32, item 1).
+
+A TCP proxy (:mod:`pgproxy`) in front of PostgreSQL lets the statement commit and then drops the
+connection before its answer reaches the worker. Before the fix, the group commit sent the claim
+again: the worker never learned of the first claim's items, its heartbeat renewed them forever and
+``batch()`` never returned (2–8 items stayed ``running``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from batchkit import Ledger, make_agent
+from pgproxy import DropAnswer
+from sql_support import PG_SKIP_REASON, PG_URL, create_schema, drop_schema
+from we0nb import SqlPersistence
+
+pytestmark = pytest.mark.skipif(PG_URL is None, reason=PG_SKIP_REASON)
+
+#: a text only the claim statement holds (its CTE), and one only an item's end holds
+CLAIM = b"picked"
+END = b"owner=NULL, host=NULL"
+ITEMS = 16
+
+
+@pytest.mark.parametrize("marker,nth", [(CLAIM, 1), (CLAIM, 3), (END, 2)], ids=["claim1", "claim3", "end2"])
+async def test_a_lost_answer_neither_hangs_the_batch_nor_runs_an_item_twice(
+        tmp_path: Path, marker: bytes, nth: int, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="we0nb")
+    schema = create_schema()
+    proxy = await DropAnswer(marker, nth).start()
+    store = SqlPersistence(proxy.url, schema=schema, lease_ttl=6.0)
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    agent = make_agent(store, ledger, steps=3)
+    try:
+        result = await asyncio.wait_for(
+            agent.batch([f"p{i}" for i in range(ITEMS)], name="lost", concurrency=4, progress=False), timeout=60)
+        assert proxy.dropped == 1
+        assert result.counts == {"stop": ITEMS}
+        items = await store.batch_items("lost")
+        assert [(it.status, it.owner) for it in items] == [("stop", None)] * ITEMS  # nothing left running
+        assert all(it.attempts == 1 for it in items), [it.attempts for it in items]
+        ran = Counter((line["prompt"], line["n"]) for line in ledger.lines())
+        assert ran == Counter({(f"p{i}", n): 1 for i in range(ITEMS) for n in (0, 2)})  # no side effect twice
+        assert "taken over by another worker" not in caplog.text
+    finally:
+        await store.close()
+        await proxy.close()
+        drop_schema(schema)
