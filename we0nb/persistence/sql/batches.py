@@ -12,6 +12,7 @@ import os
 import socket
 from typing import Any, Optional, Sequence
 
+from ..._ids import new_id
 from ..batches import BatchInfo, BatchItem, BatchQueue, ItemCost, ItemEnd, NewItem, check_same_prompts, fingerprint
 from . import statements as q
 from .driver import Driver, Params
@@ -55,28 +56,38 @@ class SqlBatchQueue(BatchQueue):
                 check_same_prompts(name, [(p, s) for p, s in stored], items, session_ids_given)
         return (await self.list_batches(name))[0]
 
-    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float,
-                                expires: float) -> list[BatchItem]:
-        return _claimed(await self.db.fetchall(q.BATCH_CLAIM, self._claim_params(name, owner, n, now, expires)))
+    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float, expires: float,
+                                token: Optional[str] = None) -> list[BatchItem]:
+        params = self._claim_params(name, owner, n, now, expires, token)
+        return _claimed(await self.db.fetchall(q.BATCH_CLAIM, params))
 
-    def _claim_params(self, name: str, owner: str, n: int, now: float, expires: float) -> Params:
+    def _claim_params(self, name: str, owner: str, n: int, now: float, expires: float,
+                      token: Optional[str]) -> Params:
         host, pid = owner_process(owner, self.host)
-        return {"b": name, "owner": owner[:256], "host": host, "pid": pid, "n": n, "now": now, "expires": expires}
+        return {"b": name, "owner": owner[:256], "host": host, "pid": pid, "n": n, "now": now, "expires": expires,
+                "token": (token or new_id("clm"))[:64]}
 
-    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> int:
-        return await self.db.execute(q.BATCH_RENEW, {"b": name, "holder": owner[:256], "expires": expires})
+    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> list[int]:
+        rows = await self.db.fetchall(q.BATCH_RENEW, {"b": name, "holder": owner[:256], "expires": expires})
+        return sorted(int(r[0]) for r in rows)
+
+    async def release_batch_claims(self, name: str, owner: str, items: Sequence[int]) -> int:
+        n = 0
+        for i in items:
+            n += await self.db.execute(q.BATCH_RELEASE, {"b": name, "holder": owner[:256], "item": i})
+        return n
 
     async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
         return await self.db.execute(q.BATCH_END, _end_params(name, item, owner, end)) == 1
 
     async def end_and_claim(self, name: str, item: int, owner: str, end: ItemEnd, *, claim: int, now: float,
-                            expires: float) -> tuple[bool, list[BatchItem]]:
+                            expires: float, token: Optional[str] = None) -> tuple[bool, list[BatchItem]]:
         """An end and a claim of up to ``claim`` items, sent together (:meth:`~.driver.Driver.run`: on
         SQLite one transaction, on PostgreSQL one round trip, where a worker's claims of one moment merge)."""
         if not claim:
             return await self.end_batch_item(name, item, owner, end), []
         ended, rows = await self.db.run([(q.BATCH_END, _end_params(name, item, owner, end), False),
-                                         (q.BATCH_CLAIM, self._claim_params(name, owner, claim, now, expires), True)])
+                                         (q.BATCH_CLAIM, self._claim_params(name, owner, claim, now, expires, token), True)])
         return ended == 1, _claimed(rows)
 
     async def requeue_batch_items(self, name: str, items: Sequence[int]) -> int:
@@ -118,7 +129,7 @@ def _new_item(name: str, i: int, it: NewItem) -> Params:
     return {"batch": name, "item": i, "session_id": it.session_id, "prompt": it.prompt, "status": "pending",
             "queued": True, "owner": None, "host": None, "pid": None, "expires": 0.0, "attempts": 0,
             "started": None, "finished": None, "duration": 0.0, "text": None, "output": None, "error": None,
-            "steps": 0, "tool_calls": 0, "input_tokens": 0, "output_tokens": 0}
+            "steps": 0, "tool_calls": 0, "input_tokens": 0, "output_tokens": 0, "claim": None}
 
 
 def _claimed(rows: list[Any]) -> list[BatchItem]:

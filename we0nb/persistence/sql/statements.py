@@ -74,6 +74,9 @@ BATCH_ITEM_INSERT = Stmt("batch_item_insert")
 BATCH_PROMPTS = Stmt("batch_prompts")
 BATCH_CLAIM = Stmt("batch_claim")
 BATCH_RENEW = Stmt("batch_renew")
+BATCH_MINE = Stmt("batch_mine")
+BATCH_STATE = Stmt("batch_state")
+BATCH_RELEASE = Stmt("batch_release")
 BATCH_END = Stmt("batch_end")
 BATCH_REQUEUE = Stmt("batch_requeue")
 BATCH_OWNERS = Stmt("batch_owners")
@@ -204,7 +207,7 @@ def _batch_constructs(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Option
     claim = update(I).add_cte(picked).where(chosen).values(
         status=running, owner=bindparam("owner"), host=bindparam("host"), pid=bindparam("pid"),
         expires=bindparam("expires"), attempts=I.c.attempts + literal_column("1"),
-        started=func.coalesce(I.c.started, bindparam("now"))).returning(*cols)
+        started=func.coalesce(I.c.started, bindparam("now")), claim=bindparam("token")).returning(*cols)
     mine = and_(I.c.batch == b, I.c.owner == bindparam("holder"), I.c.status == running)
     null: Any = literal_column("NULL")
     # (a running item is queued: a claim takes queued items and leaves that flag alone; said here,
@@ -223,7 +226,14 @@ def _batch_constructs(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Option
         BATCH_ITEM_INSERT: (insert(I), None),
         BATCH_PROMPTS: (select(I.c.prompt, I.c.session_id).where(I.c.batch == b).order_by(I.c.item), None),
         BATCH_CLAIM: (claim, None),
-        BATCH_RENEW: (update(I).where(mine).values(expires=bindparam("expires")), None),
+        BATCH_RENEW: (update(I).where(mine).values(expires=bindparam("expires")).returning(I.c.item), None),
+        # a claim's own rows, by its token (a claim whose answer was lost: see pg_retry)
+        BATCH_MINE: (select(*cols).where(mine, I.c.claim == bindparam("token")).order_by(I.c.item), None),
+        # what an item's end would have changed (an end whose answer was lost: see pg_retry)
+        BATCH_STATE: (select(I.c.status, I.c.queued, I.c.owner, I.c.finished, I.c.attempts)
+                      .where(I.c.batch == b, I.c.item == bindparam("item")), None),
+        BATCH_RELEASE: (update(I).where(mine, I.c.item == bindparam("item")).values(expires=literal_column("0.0")),
+                        None),
         BATCH_END: (end, None),
         BATCH_REQUEUE: (update(I).where(I.c.batch == b, I.c.item == bindparam("item"), I.c.queued == false(),
                                           I.c.status != running)
