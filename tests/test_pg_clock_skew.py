@@ -71,3 +71,36 @@ async def _items(schema: str) -> list:
         return await store.batch_items("skew")
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("skew", [-60.0, 60.0], ids=["behind", "ahead"])
+async def test_a_session_lease_is_taken_over_by_the_servers_clock(schema: str, skew: float,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lease another host holds is busy until the *server* says it expired, whatever this process's
+    clock says: 60 s ahead it does not take a live lease; 60 s behind it takes an expired one."""
+    import time
+
+    from sql_support import pg_execute
+    from we0nb import SessionBusyError
+
+    holder, taker = SqlPersistence(PG_URL, schema=schema), SqlPersistence(PG_URL, schema=schema)
+    try:
+        lease = await holder.acquire_lease("s", "run_a")
+        pg_execute(schema, "UPDATE we0_leases SET host = 'otherhost'")  # (a live run on another host)
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + skew)
+        if skew > 0:
+            with pytest.raises(SessionBusyError):
+                await taker.acquire_lease("s", "run_b")
+        else:
+            pg_execute(schema, "UPDATE we0_leases SET expires = EXTRACT(EPOCH FROM now()) - 1")  # it lapsed
+            taken = await taker.acquire_lease("s", "run_b")
+            rows = pg_execute(schema, "SELECT owner, expires - EXTRACT(EPOCH FROM now()) FROM we0_leases")
+            assert rows[0][0] == taken.owner and 0 < rows[0][1] <= taker.lease_ttl + 1  # the server's now + ttl
+            await taken.release()
+        monkeypatch.setattr(time, "time", real)
+        lease.released = True  # (its row is another's now, or the test's)
+    finally:
+        monkeypatch.undo()
+        await holder.close()
+        await taker.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from typing import Any, Optional, Sequence
 
 from ..._ids import new_id
@@ -64,11 +65,13 @@ class SqlBatchQueue(BatchQueue):
     def _claim_params(self, name: str, owner: str, n: int, now: float, expires: float,
                       token: Optional[str]) -> Params:
         host, pid = owner_process(owner, self.host)
+        here = time.time()  # (PostgreSQL takes now and expires as offsets from this clock: statements.db_now)
         return {"b": name, "owner": owner[:256], "host": host, "pid": pid, "n": n, "now": now, "expires": expires,
-                "token": (token or new_id("clm"))[:64]}
+                "token": (token or new_id("clm"))[:64], "now_ofs": now - here, "ttl": expires - here}
 
     async def renew_batch_claims(self, name: str, owner: str, expires: float) -> list[int]:
-        rows = await self.db.fetchall(q.BATCH_RENEW, {"b": name, "holder": owner[:256], "expires": expires})
+        rows = await self.db.fetchall(q.BATCH_RENEW, {"b": name, "holder": owner[:256], "expires": expires,
+                                                      "ttl": expires - time.time()})
         return sorted(int(r[0]) for r in rows)
 
     async def release_batch_claims(self, name: str, owner: str, items: Sequence[int]) -> int:
@@ -150,7 +153,8 @@ def _end_params(name: str, item: int, owner: str, e: ItemEnd) -> Params:
     params = {k: getattr(e, k) for k in END_COLUMNS if k != "expires"}
     for k in ("text", "output", "error"):  # flattened text columns: NUL-safe (see tables.cut)
         params[k] = cut(params[k])
-    params.update(b=name, item=item, holder=owner[:256], run_time=e.run_time, expires=e.not_before)
+    delay = e.not_before - time.time() if e.not_before > 0 else None  # (PostgreSQL: on the server's clock)
+    params.update(b=name, item=item, holder=owner[:256], run_time=e.run_time, expires=e.not_before, delay=delay)
     return params
 
 

@@ -194,7 +194,7 @@ class GroupCommit:
         for c in commits:
             lease = c.guard[1]
             sid, holder = lease["sid"], lease["holder"]
-            leases.append((sid, holder, lease["expires"]))
+            leases.append((sid, holder, lease["ttl"]))
             for key, params in c.ops:
                 table, names = rows[key], _columns(key)
                 for row in (params if isinstance(params, list) else [params]):
@@ -314,9 +314,11 @@ def _literal(v: Any) -> str:
 
 
 def _renew_all(cur: Any, leases: Sequence[tuple[str, str, float]], standard: bool) -> str:
-    """Renew every lease of the group still held (``RETURNING`` those renewed)."""
-    return (f"UPDATE {S.leases.name} AS l SET expires = CAST(v.expires AS FLOAT) "
-            f"FROM (VALUES {_values(cur, '(%s, %s, %s)', leases, standard)}) AS v(sid, holder, expires) "
+    """Renew every lease of the group still held, to the server's now + its ttl (``RETURNING``
+    those renewed)."""
+    return (f"UPDATE {S.leases.name} AS l SET expires = CAST(EXTRACT(EPOCH FROM now()) AS FLOAT) "
+            "+ CAST(v.ttl AS FLOAT) "
+            f"FROM (VALUES {_values(cur, '(%s, %s, %s)', leases, standard)}) AS v(sid, holder, ttl) "
             "WHERE l.session_id = v.sid AND l.owner = v.holder RETURNING l.session_id")
 
 
