@@ -39,6 +39,7 @@ from . import statements as q
 from .driver import Call, Guard, Op, Params, held
 from .database import sqlite_pragmas
 from .errors import Busy, is_busy, wrap
+from .readonly import read_only_fallback
 from .schema import SqliteDb, ensure_schema
 from .sqlite_group import SqliteGroup
 from .statements import Stmt, compiled
@@ -213,12 +214,18 @@ class InlineSqlite:
                 raise PersistenceError(
                     f"Cannot open the SQLite database {self.where}: the folder {folder!r} does not exist."
                 )
+        # a file on read-only storage is read as it can be (immutable=1 for a WAL one): see .readonly
+        ro = read_only_fallback(self.database, self.uri)
         try:
-            conn = sqlite3.connect(self.database, uri=self.uri, isolation_level=None,
+            conn = sqlite3.connect(ro or self.database, uri=self.uri or ro is not None, isolation_level=None,
                                    check_same_thread=False, timeout=0)
         except sqlite3.Error as e:
             raise wrap(e, self.where) from e
         try:
+            if ro is not None:  # reads only: a write fails with the read-only error, in one line
+                ensure_schema(SqliteDb(conn, self.where))
+                self.conn, self.wal = conn, False
+                return conn
             sqlite_pragmas(conn, self.synchronous, 0)  # never wait on the loop: _retry waits
             self.wal = conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
             if self.wal:

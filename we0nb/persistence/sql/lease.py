@@ -26,6 +26,7 @@ from ...errors import PersistenceError, SessionBusyError
 from ..base import Lease, LeaseStore, lease_owner
 from . import statements as q
 from .driver import Driver, Guard, Params, held
+from .errors import is_readonly_error
 from .statements import Stmt
 
 __all__ = ["SqlLeases", "pid_alive", "LIVE_OWNERS"]
@@ -110,8 +111,9 @@ class SqlLeases:
         try:
             won, rows = await self.db.run([(q.LEASE_INSERT, self._new_row(session_id, run_id, owner), False),
                                            (read[0], read[1], True)])
-        except BaseException:
-            await self._drop(session_id, owner)  # (the insert may have won before the read failed)
+        except BaseException as e:
+            if not (isinstance(e, PersistenceError) and is_readonly_error(e)):  # (read-only: nothing was written)
+                await self._drop(session_id, owner)  # (the insert may have won before the read failed)
             raise
         if won == 1:
             return self._held(session_id, run_id, owner), rows
