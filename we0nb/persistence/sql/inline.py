@@ -12,11 +12,14 @@ and a statement that finds another process's write lock is retried with an async
 WAL checkpoints (the only fsyncs under NORMAL) run on a background thread, never in a commit
 (automatic checkpoints are off). The WAL is kept bounded by its size, not by a count of
 commits: after each commit the loop looks at the WAL's size (one ``stat``); past
-:attr:`~InlineSqlite.WAL_LIMIT` (or the database's own size, when larger) it wakes the thread,
-which runs a ``TRUNCATE`` checkpoint: it waits for the write lock (the loop's writers meanwhile
-back off asynchronously, as for another process's lock), copies the WAL into the database and
-empties the file. So the WAL stays within about one database plus a few MiB whatever the batch's
-length (a passive checkpoint alone never catches up with a busy writer: the file only grew).
+:attr:`~InlineSqlite.WAL_LIMIT` (or the database's own size, when larger, up to
+:attr:`~InlineSqlite.WAL_CAP`) it wakes the thread. The thread copies what it can without
+stopping anyone (a passive checkpoint), then runs a ``TRUNCATE`` one: it takes the write lock
+(the loop's writers meanwhile back off asynchronously, as for another process's lock) only to
+copy what was written since, and empties the file. So the WAL stays within about one database
+plus a few MiB (and at most a few tens of MiB) whatever the batch's length — a passive checkpoint
+alone never catches up with a busy writer: the file only grew — and writers wait for a
+checkpoint of at most what the passive pass left, never of the whole WAL.
 :meth:`~InlineSqlite.close` joins that thread and closes the connection (which checkpoints) off the loop.
 
 While several runs of one loop commit at once (a batch), their commits go through
@@ -59,8 +62,10 @@ class InlineSqlite:
     (opened lazily) on the calling thread."""
 
     dialect = "sqlite"
-    #: the WAL size (bytes) past which a checkpoint is asked for; the database's size when larger
+    #: the WAL size (bytes) past which a checkpoint is asked for; the database's size when larger,
+    #: up to WAL_CAP (a larger WAL makes each checkpoint longer: its pages are copied while writers wait)
     WAL_LIMIT = 4 * 1024 * 1024
+    WAL_CAP = 16 * 1024 * 1024
     #: the size SQLite cuts the WAL file back to when it starts it again (``journal_size_limit``)
     WAL_KEEP = 4 * 1024 * 1024
     #: the longest single async back-off sleep while the database is locked (seconds)
@@ -262,7 +267,8 @@ class InlineSqlite:
             if wal <= self.wal_limit:
                 return
             # the limit follows the database: a checkpoint of a large database's WAL costs like its pages
-            self.wal_limit = max(self.WAL_LIMIT, os.stat(self.db_path).st_size)
+            size = os.stat(self.db_path).st_size
+            self.wal_limit = min(max(self.WAL_LIMIT, size), max(self.WAL_CAP, self.WAL_LIMIT))
         except OSError:  # (the file is gone or unreadable: the next commit looks again)
             return
         if wal > self.wal_limit:
@@ -291,8 +297,10 @@ class InlineSqlite:
                 if self.ckpt_stop:
                     return
                 try:
-                    # TRUNCATE: waits for the writer (the loop backs off meanwhile), copies every frame,
-                    # and empties the WAL; a passive one would leave it growing behind a busy writer
+                    # PASSIVE copies what it can while writers go on; TRUNCATE then takes the write lock
+                    # (the loop backs off meanwhile) to copy the rest and empty the WAL — a passive one
+                    # alone would leave it growing behind a busy writer
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 except sqlite3.Error as e:  # busy, read-only or a full disk: the next commit asks again
                     log.debug("WAL checkpoint skipped: %s", e)

@@ -219,8 +219,8 @@ class GroupCommit:
                 out[id(e)] = await cur.fetchall() if e.rows else cur.rowcount
                 cur.nextset()
             for e, members in shares:  # the merged claim's rows, shared out in the claimers' order
-                for m, rows in _share(out[id(e)], members):
-                    out[id(m)] = rows
+                for m, share in _share(out[id(e)], members):
+                    out[id(m)] = share
             if commits:
                 renewed = collections.Counter(r[0] for r in await cur.fetchall())  # rows renewed, by session
                 while cur.nextset():

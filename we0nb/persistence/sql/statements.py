@@ -147,7 +147,7 @@ def _lease_statements(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Option
     L = S.leases
     sid: Any = bindparam("sid")
     lease_is_ours = (L.c.session_id == sid) & (L.c.owner == bindparam("holder"))
-    new = {n: bindparam(n) for n in ("owner", "host", "pid", "run_id")}
+    new: dict[str, Any] = {n: bindparam(n) for n in ("owner", "host", "pid", "run_id")}
     return {
         LEASE_INSERT: (insert(L).values(session_id=bindparam("session_id"), expires=_expiry(dialect), **new)
                        .on_conflict_do_nothing(index_elements=[L.c.session_id]), None),
@@ -246,7 +246,7 @@ def _batch_constructs(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Option
     null: Any = literal_column("NULL")
     # (a running item is queued: a claim takes queued items and leaves that flag alone; said here,
     # it makes either index a lookup of this one item, whatever the planner's statistics)
-    sets = {n: bindparam(n) for n in END_COLUMNS}
+    sets: dict[str, Any] = {n: bindparam(n) for n in END_COLUMNS}
     if dialect == "postgresql":  # a back-off's end on the server's clock (``delay``: NULL for none)
         sets["expires"] = func.coalesce(db_now(dialect) + bindparam("delay", type_=Float), literal_column("0.0"))
     end = update(I).where(mine, I.c.queued == true(), I.c.item == bindparam("item")).values(
