@@ -1,5 +1,5 @@
-"""A claim (or an item's end) whose answer is lost after it committed neither hangs a batch nor
-runs an item twice (issue 32, item 1).
+"""A claim (or an item's end, or any other statement) whose answer is lost after it committed neither
+hangs a batch nor runs an item twice (issue 32, item 1).
 
 A TCP proxy (:mod:`pgproxy`) in front of PostgreSQL lets the statement commit and then drops the
 connection before its answer reaches the worker. Before the fix, the group commit sent the claim
@@ -26,10 +26,13 @@ pytestmark = pytest.mark.skipif(PG_URL is None, reason=PG_SKIP_REASON)
 #: a text only the claim statement holds (its CTE), and one only an item's end holds
 CLAIM = b"picked"
 END = b"owner=NULL, host=NULL"
+#: any statement on the session leases (an insert, a renewal, a run's commit), on the messages (commits, reads)
+LEASE, MESSAGES = b"we0_leases", b"we0_messages"
 ITEMS = 16
 
 
-@pytest.mark.parametrize("marker,nth", [(CLAIM, 1), (CLAIM, 3), (END, 2)], ids=["claim1", "claim3", "end2"])
+@pytest.mark.parametrize("marker,nth", [(CLAIM, 1), (CLAIM, 3), (END, 2), (LEASE, 5), (MESSAGES, 30)],
+                         ids=["claim1", "claim3", "end2", "lease5", "messages30"])
 async def test_a_lost_answer_neither_hangs_the_batch_nor_runs_an_item_twice(
         tmp_path: Path, marker: bytes, nth: int, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="we0nb")

@@ -170,18 +170,25 @@ class GroupCommit:
     async def _outcome(self, e: _Entry, unknown: bool) -> Any:
         """``e`` sent alone: its result, or its error raised. A statement that must not run twice
         (:data:`~.pg_retry.ONCE`) whose earlier send may have committed (``unknown``), or whose
-        answer is lost now, has its outcome read back instead (:func:`~.pg_retry.resolve`)."""
-        if isinstance(e, _Commit):
-            return await self.conns.transaction(e.ops, e.guard)
-        once = e.stmt in pg_retry.ONCE
+        answer is lost now, has its outcome read back instead (:func:`~.pg_retry.resolve`); any
+        other entry whose answer is lost now is sent once more (a commit's upserts under its lease,
+        a renewal, a read: twice is once)."""
+        once = isinstance(e, _Statement) and e.stmt in pg_retry.ONCE
         if unknown and once:
             return await pg_retry.resolve(self.conns, e.stmt, e.params)
         try:
-            return await (self.conns.fetchall_now if e.rows else self.conns.execute_now)(e.stmt, e.params)
+            return await self._send_alone(e)
         except Exception as exc:
-            if once and pg_retry.outcome_unknown(exc):
+            if not pg_retry.outcome_unknown(exc):
+                raise
+            if once:
                 return await pg_retry.resolve(self.conns, e.stmt, e.params)
-            raise
+            return await self._send_alone(e)  # (once more, on a new connection: twice is once for these)
+
+    async def _send_alone(self, e: _Entry) -> Any:
+        if isinstance(e, _Commit):
+            return await self.conns.transaction(e.ops, e.guard)
+        return await (self.conns.fetchall_now if e.rows else self.conns.execute_now)(e.stmt, e.params)
 
     async def _together(self, group: list[_Entry]) -> list[Any]:
         """Send ``group`` as one transaction: per entry, its result (see the entry's class)."""
