@@ -7,6 +7,9 @@ and an ``expires`` time the owner keeps renewing) and then *ended* with its outc
 item is claimable when it is ``queued`` (someone should run it) and its claim has expired
 (``expires < now``): never claimed, given up, or held by a worker that stopped renewing.
 Every write that ends or renews a claim is conditional on the owner still holding it.
+Times are the caller's clock (``now``, ``expires``); a store shared by hosts may keep them on
+one clock of its own (PostgreSQL: the server's, a caller's time read as an offset from its own
+clock), so that hosts whose clocks disagree never take a live worker's claim.
 
 :class:`BatchQueue` is the capability a store has when it keeps batches; the batch runner
 (:mod:`we0nb.batch`) uses a store through it alone.
