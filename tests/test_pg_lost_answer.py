@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections import Counter
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -28,17 +29,21 @@ CLAIM = b"picked"
 END = b"owner=NULL, host=NULL"
 #: any statement on the session leases (an insert, a renewal, a run's commit), on the messages (commits, reads)
 LEASE, MESSAGES = b"we0_leases", b"we0_messages"
+#: engine options beyond psycopg's own path: the store then goes through SQLAlchemy's asyncio engine
+ENGINE = {"pool_recycle": 3600}
 ITEMS = 16
 
 
-@pytest.mark.parametrize("marker,nth", [(CLAIM, 1), (CLAIM, 3), (END, 2), (LEASE, 5), (MESSAGES, 30)],
-                         ids=["claim1", "claim3", "end2", "lease5", "messages30"])
+@pytest.mark.parametrize("marker,nth,options", [
+    (CLAIM, 1, None), (CLAIM, 3, None), (END, 2, None), (LEASE, 5, None), (MESSAGES, 30, None),
+    (CLAIM, 2, ENGINE), (END, 2, ENGINE)],
+    ids=["claim1", "claim3", "end2", "lease5", "messages30", "engine-claim2", "engine-end2"])
 async def test_a_lost_answer_neither_hangs_the_batch_nor_runs_an_item_twice(
-        tmp_path: Path, marker: bytes, nth: int, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, marker: bytes, nth: int, options: Optional[dict], caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="we0nb")
     schema = create_schema()
     proxy = await DropAnswer(marker, nth).start()
-    store = SqlPersistence(proxy.url, schema=schema, lease_ttl=6.0)
+    store = SqlPersistence(proxy.url, schema=schema, lease_ttl=6.0, engine_options=options)
     ledger = Ledger(tmp_path / "ledger.jsonl")
     agent = make_agent(store, ledger, steps=3)
     try:

@@ -14,11 +14,13 @@ import time
 from typing import Any, Optional, Sequence
 
 from ..._ids import new_id
+from ...errors import PersistenceError
 from ..batches import BatchInfo, BatchItem, BatchQueue, ItemCost, ItemEnd, NewItem, check_same_prompts, fingerprint
 from . import statements as q
 from .driver import Driver, Params
 from .lease import pid_alive
-from .statements import END_COLUMNS
+from .pg_retry import outcome_unknown, resolve
+from .statements import END_COLUMNS, Stmt
 from .tables import cut
 
 __all__ = ["SqlBatchQueue", "item_from_row", "owner_process", "read_items", "read_infos", "costs_from_rows",
@@ -60,7 +62,18 @@ class SqlBatchQueue(BatchQueue):
     async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float, expires: float,
                                 token: Optional[str] = None) -> list[BatchItem]:
         params = self._claim_params(name, owner, n, now, expires, token)
-        return _claimed(await self.db.fetchall(q.BATCH_CLAIM, params))
+        try:
+            rows = await self.db.fetchall(q.BATCH_CLAIM, params)
+        except PersistenceError as e:
+            rows = await self._read_back(e, q.BATCH_CLAIM, params)
+        return _claimed(rows)
+
+    async def _read_back(self, error: PersistenceError, stmt: Stmt, params: Params) -> Any:
+        """A claim's or an end's outcome after ``error``: read back when the error left it unknown
+        (a connection lost after the statement may have committed: :mod:`.pg_retry`), else raised."""
+        if not outcome_unknown(error):
+            raise error
+        return await resolve(self.db.fetchall, self.db.execute, stmt, params)
 
     def _claim_params(self, name: str, owner: str, n: int, now: float, expires: float,
                       token: Optional[str]) -> Params:
@@ -81,7 +94,11 @@ class SqlBatchQueue(BatchQueue):
         return n
 
     async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
-        return await self.db.execute(q.BATCH_END, _end_params(name, item, owner, end)) == 1
+        params = _end_params(name, item, owner, end)
+        try:
+            return await self.db.execute(q.BATCH_END, params) == 1
+        except PersistenceError as e:
+            return await self._read_back(e, q.BATCH_END, params) == 1
 
     async def end_and_claim(self, name: str, item: int, owner: str, end: ItemEnd, *, claim: int, now: float,
                             expires: float, token: Optional[str] = None) -> tuple[bool, list[BatchItem]]:
@@ -89,8 +106,13 @@ class SqlBatchQueue(BatchQueue):
         SQLite one transaction, on PostgreSQL one round trip, where a worker's claims of one moment merge)."""
         if not claim:
             return await self.end_batch_item(name, item, owner, end), []
-        ended, rows = await self.db.run([(q.BATCH_END, _end_params(name, item, owner, end), False),
-                                         (q.BATCH_CLAIM, self._claim_params(name, owner, claim, now, expires, token), True)])
+        end_params, claim_params = _end_params(name, item, owner, end), self._claim_params(name, owner, claim, now,
+                                                                                          expires, token)
+        try:
+            ended, rows = await self.db.run([(q.BATCH_END, end_params, False), (q.BATCH_CLAIM, claim_params, True)])
+        except PersistenceError as e:  # (either may have committed: each is read back)
+            ended = await self._read_back(e, q.BATCH_END, end_params)
+            rows = await self._read_back(e, q.BATCH_CLAIM, claim_params)
         return ended == 1, _claimed(rows)
 
     async def requeue_batch_items(self, name: str, items: Sequence[int]) -> int:

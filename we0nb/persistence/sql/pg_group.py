@@ -175,14 +175,14 @@ class GroupCommit:
         a renewal, a read: twice is once)."""
         once = isinstance(e, _Statement) and e.stmt in pg_retry.ONCE
         if unknown and once:
-            return await pg_retry.resolve(self.conns, e.stmt, e.params)
+            return await pg_retry.resolve(self.conns.fetchall_now, self.conns.execute_now, e.stmt, e.params)
         try:
             return await self._send_alone(e)
         except Exception as exc:
             if not pg_retry.outcome_unknown(exc):
                 raise
             if once:
-                return await pg_retry.resolve(self.conns, e.stmt, e.params)
+                return await pg_retry.resolve(self.conns.fetchall_now, self.conns.execute_now, e.stmt, e.params)
             return await self._send_alone(e)  # (once more, on a new connection: twice is once for these)
 
     async def _send_alone(self, e: _Entry) -> Any:

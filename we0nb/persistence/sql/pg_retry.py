@@ -13,21 +13,25 @@ is unknown; what they did is read back:
   the claimer holds with that token — none when it did not commit;
 * an end is known by what it writes: the item still ``running`` under its owner means it did
   not commit (it is sent now), the item with the end's status, time and attempts means it did.
+
+The batch queue (:class:`~.batches.SqlBatchQueue`) reads them back the same way when an error that
+leaves the outcome unknown reaches it (SQLAlchemy's asyncio engine on PostgreSQL, or a read back
+that failed itself).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any, Awaitable, Callable
 
 from . import statements as q
 from .driver import Params
 from .statements import Stmt
 
-if TYPE_CHECKING:
-    from .pg import PgConnections
-
 __all__ = ["ONCE", "outcome_unknown", "resolve"]
+
+#: a statement's rows, or its row count (a driver's ``fetchall``/``execute``)
+Send = Callable[[Stmt, Params], Awaitable[Any]]
 
 #: the statements never sent twice when their outcome is unknown (their outcome is read instead)
 ONCE = frozenset({q.BATCH_CLAIM, q.BATCH_END})
@@ -52,18 +56,18 @@ def outcome_unknown(exc: BaseException) -> bool:
     return False
 
 
-async def resolve(conns: "PgConnections", stmt: Stmt, params: Params) -> Any:
+async def resolve(fetchall: Send, execute: Send, stmt: Stmt, params: Params) -> Any:
     """What ``stmt`` (one of :data:`ONCE`) did, as its own answer would have said: a claim's
-    rows, an end's row count."""
+    rows, an end's row count (read through ``fetchall``; an end that did not commit is sent now
+    through ``execute``)."""
     if stmt is q.BATCH_CLAIM:
-        return await conns.fetchall_now(q.BATCH_MINE, {"b": params["b"], "holder": params["owner"],
-                                                       "token": params["token"]})
-    state = await conns.fetchall_now(q.BATCH_STATE, {"b": params["b"], "item": params["item"]})
+        return await fetchall(q.BATCH_MINE, {"b": params["b"], "holder": params["owner"], "token": params["token"]})
+    state = await fetchall(q.BATCH_STATE, {"b": params["b"], "item": params["item"]})
     if not state:
         return 0
     status, queued, owner, finished, attempts = state[0]
     if owner == params["holder"] and status == "running":  # it did not commit: send it now
-        return await conns.execute_now(stmt, params)
+        return await execute(stmt, params)
     ours = (owner is None and status == params["status"] and bool(queued) == bool(params["queued"])
             and finished == params["finished"] and attempts == params["attempts"])
     return int(ours)
