@@ -19,6 +19,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from batchkit import Ledger, make_agent  # noqa: E402
 
 
+def skew(seconds: float) -> None:
+    """This process's wall clock ``seconds`` off (a host whose clock is wrong), before we0nb reads it."""
+    import time
+
+    real, real_ns = time.time, time.time_ns
+    time.time = lambda: real() + seconds  # type: ignore[assignment]
+    time.time_ns = lambda: real_ns() + int(seconds * 1e9)  # type: ignore[assignment]
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
@@ -30,7 +39,10 @@ async def main() -> None:
     ap.add_argument("--delay", type=float, default=0.02)
     ap.add_argument("--tool-delay", type=float, default=0.05)
     ap.add_argument("--lease-ttl", type=float, default=15.0)
+    ap.add_argument("--skew", type=float, default=0.0, help="seconds this process's clock is off (time.time)")
     a = ap.parse_args()
+    if a.skew:
+        skew(a.skew)
     from we0nb import SqlPersistence
 
     store = SqlPersistence(a.url, schema=a.schema, lease_ttl=a.lease_ttl)

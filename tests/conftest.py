@@ -63,7 +63,7 @@ GUARDED_MODULES = {
     "test_sql_persistence", "test_sql_reliability", "test_model_views",
     "test_engine_run", "test_engine_abort", "test_engine_resume", "test_engine_property", "test_step_commits",
     "test_compaction", "test_revert", "test_recovery_plan", "test_crash_matrix", "test_messages", "test_tools",
-    "test_build_request", "test_batch", "test_store_conformance", "test_cost", "test_tracing",
+    "test_build_request", "test_batch", "test_store_conformance", "test_cost", "test_tracing", "test_sqlite_wal",
 }
 
 #: deliberate blocking calls: (file, functions, the blockbuster functions they may call, why)

@@ -527,6 +527,7 @@ def test_a_schema_5_database_gains_the_claim_index_in_item_order(tmp_path) -> No
     assert asyncio.run(run(["a", "b"])).counts == {"stop": 2}
     conn = sqlite3.connect(db)
     conn.execute("DROP INDEX ix_we0_batch_items_next")  # what schema 5 had
+    conn.execute("ALTER TABLE we0_batch_items DROP COLUMN claim")  # (schema 7's)
     conn.execute("CREATE INDEX ix_we0_batch_items_claim ON we0_batch_items (batch, queued, expires)")
     conn.execute("UPDATE we0_meta SET value = '5' WHERE key = 'schema_version'")
     conn.commit()
@@ -540,7 +541,8 @@ def test_a_schema_5_database_gains_the_claim_index_in_item_order(tmp_path) -> No
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert "ix_we0_batch_items_next" in names and "ix_we0_batch_items_claim" not in names
         plan = " | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + q.compiled("sqlite")[q.BATCH_CLAIM], {
-            "b": "b", "owner": "o", "host": "h", "pid": 1, "n": 1, "now": 1.0, "expires": 2.0}))
+            "b": "b", "owner": "o", "host": "h", "pid": 1, "n": 1, "now": 1.0, "expires": 2.0, "ttl": 1.0,
+            "token": "t"}))
         assert "ix_we0_batch_items_next" in plan and "TEMP B-TREE" not in plan, plan
     finally:
         conn.close()

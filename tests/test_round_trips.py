@@ -197,10 +197,11 @@ async def test_a_claim_and_an_end_read_a_handful_of_rows_of_a_large_batch_withou
     pg.raw("DELETE FROM pg_statistic WHERE starelid = 'we0_batch_items'::regclass")  # (none, as in a new schema)
 
     sql = compiled("postgresql")
-    claim = {"b": "big", "owner": "h:1:w2", "host": "h", "pid": 1, "n": 1, "now": t, "expires": t + 60}
+    claim = {"b": "big", "owner": "h:1:w2", "host": "h", "pid": 1, "n": 1, "now": t, "expires": t + 60, "ttl": 60.0,
+             "now_ofs": 0.0, "token": "clm_1"}
     end = {"b": "big", "holder": "h:1:w", "item": running[0].item, "run_time": 0.1, "status": "stop",
            "queued": False, "expires": 0.0, "attempts": 1, "started": t, "finished": t, "text": None, "output": None,
-           "error": None, "steps": 1, "tool_calls": 0, "input_tokens": 0, "output_tokens": 0}
+           "error": None, "steps": 1, "tool_calls": 0, "input_tokens": 0, "output_tokens": 0, "delay": None}
     for key, params in ((BATCH_CLAIM, claim), (BATCH_END, end)):
         with psycopg.connect(_libpq(PG_URL)) as conn:
             conn.execute(f'SET search_path TO "{store.schema}"')

@@ -12,6 +12,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -469,18 +470,20 @@ async def test_wal_checkpoints_run_off_the_loop_and_close_stops_them(tmp_path: P
     inline = p._db
     assert isinstance(inline, InlineSqlite)
     assert inline.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0  # type: ignore[union-attr]
+    inline.WAL_LIMIT = inline.wal_limit = 64 * 1024  # (a small limit: checkpoints come soon)
     msgs, parts = _history(sid)
     await put(p, msgs[1])
-    for i in range(inline.CHECKPOINT_EVERY + 10):
+    for i in range(300):
         await put(p, None, parts[1].model_copy(update={"id": new_id("prt")}))
     thread = inline.ckpt_thread
-    assert thread is not None and thread.is_alive()
+    assert inline.checkpoints > 0 and thread is not None and thread.is_alive()
+    assert thread is not threading.current_thread()
     await p.close()
     assert not thread.is_alive()
     assert not (tmp_path / "ckpt.db-wal").exists()  # the last connection checkpointed and removed it
     q = SqlPersistence(f"sqlite:///{db}")
     tr = await q.load_transcript(sid)
-    assert len(tr.messages[0].parts) == inline.CHECKPOINT_EVERY + 10
+    assert len(tr.messages[0].parts) == 300
     await q.close()
 
 

@@ -24,7 +24,7 @@ import logging
 from typing import Any, Awaitable, Callable, Optional
 
 from ..persistence.batches import BatchItem, BatchQueue
-from .item import give_back, reserve
+from .item import Ready, give_back, reserve
 
 __all__ = ["Ahead", "ahead_size"]
 
@@ -45,9 +45,11 @@ class Ahead:
     """A worker's items taken ahead (see the module's docstring)."""
 
     def __init__(self, agent: Any, stop: asyncio.Event, size: int,
-                 claim: Callable[[int], Awaitable[list[BatchItem]]]):
+                 claim: Callable[[int], Awaitable[list[BatchItem]]],
+                 forget: Optional[Callable[[int], None]] = None):
         self.agent, self.stop, self.size = agent, stop, size
         self.claim = claim  # claims up to n items (none once the worker may take no more)
+        self.forget = forget  # told of each item given back (the worker no longer holds it)
         #: Ready (lease held) or BatchItem (its run takes the lease); one list, changed in place,
         #: so a refill that adds to it after a wait adds to what the slots take from
         self.items: list[Any] = []
@@ -81,6 +83,9 @@ class Ahead:
             await asyncio.wait([self.filling])
         items = self.items[:]
         self.items.clear()
+        if self.forget is not None:
+            for it in items:
+                self.forget((it.item if isinstance(it, Ready) else it).item)
         failed = [e for e in await asyncio.gather(*(give_back(store, name, owner, it) for it in items),
                                                   return_exceptions=True) if isinstance(e, BaseException)]
         if failed:  # (their claims and leases lapse by themselves; any worker then takes the items)

@@ -7,6 +7,11 @@ claimable items, keeps its claims alive with a heartbeat, and records each item'
 items other live workers hold, taking over those of a worker that died (its claims expire,
 or at once when its process is gone from this host). That is the whole scheduler.
 
+A worker never holds a claim it does not know of: each claim carries a token the worker
+chooses (a claim whose answer was lost is answered with its own rows), and the heartbeat
+releases, instead of renewing, any item the store says this worker holds that no claim of
+its returned (while no claim is under way).
+
 A stop (the caller's abort, or ``max_failures``) cuts the running items — each run persists
 what it produced and ends ``aborted`` — and claims nothing more: the never-started items
 stay ``pending`` for the next call with the same name. A budget (``max_cost``) that is spent
@@ -56,6 +61,8 @@ class Worker:
         self.owner = lease_owner(new_id("wrk"))
         self.ttl = float(getattr(self.store, "lease_ttl", 15.0))
         self.renew_every = float(getattr(self.store, "lease_renew", self.ttl / 3))
+        self.known: set[int] = set()  # the items this worker's claims returned, until their ends
+        self.claiming = 0  # claims under way (their items are not known yet)
         self.lanes: set[asyncio.Task[None]] = set()  # one task per item slot in use
         self.exited: list[asyncio.Task[None]] = []  # lanes that ended, not yet looked at
         self.wake = asyncio.Event()  # a lane ended, or the stop was set
@@ -65,7 +72,7 @@ class Worker:
         self.backoff = 0.0
         self.paused_until = 0.0
         self.ahead = Ahead(agent, stop, ahead_size(concurrency, agent.persistence.commit_waits),
-                           lambda n: self._claim_items(n, counted=False))
+                           lambda n: self._claim_items(n, counted=False), forget=self.known.discard)
 
     async def run(self) -> Optional[str]:
         """Work until every item of the batch has ended (or a stop); returns why it stopped early."""
@@ -128,7 +135,13 @@ class Worker:
         if self.stopped is not None or time.monotonic() < self.paused_until or not await self._within_budget():
             return []
         t = now()
-        items = await self.store.claim_batch_items(self.name, self.owner, n, now=t, expires=t + self.ttl)
+        self.claiming += 1
+        try:
+            items = await self.store.claim_batch_items(self.name, self.owner, n, now=t, expires=t + self.ttl,
+                                                       token=new_id("clm"))
+        finally:
+            self.claiming -= 1
+        self.known.update(it.item for it in items)
         if items and counted:
             self.progress.claimed(len(items))
         return items
@@ -207,11 +220,16 @@ class Worker:
         """Record ``it``'s end (and claim the slot's next item when ``claim``); the item claimed."""
         claim = claim and await self._within_budget()
         t = now()
+        self.claiming += 1
         try:  # (the run's lease release, under way, goes to the store with this end and claim)
             ended, items = await self.store.end_and_claim(self.name, it.item, self.owner, outcome.end,
-                                                          claim=1 if claim else 0, now=t, expires=t + self.ttl)
+                                                          claim=1 if claim else 0, now=t, expires=t + self.ttl,
+                                                          token=new_id("clm"))
         finally:
+            self.claiming -= 1
             await released(outcome)
+        self.known.discard(it.item)
+        self.known.update(x.item for x in items)
         self._ended(it, outcome, ended)
         if items:
             self.progress.claimed(len(items))
@@ -277,9 +295,21 @@ class Worker:
         while True:
             await asyncio.sleep(self.renew_every)
             try:
-                await self.store.renew_batch_claims(self.name, self.owner, now() + self.ttl)
+                held = await self.store.renew_batch_claims(self.name, self.owner, now() + self.ttl)
+                await self._release_unknown(held)
             except Exception as e:  # a busy or unreachable database: the next tick tries again
                 log.warning("batch %r: could not renew this worker's claims: %s", self.name, e)
+
+    async def _release_unknown(self, held: list[int]) -> None:
+        """Release the items the store says this worker holds that none of its claims returned
+        (a claim whose answer was lost); not while a claim is under way (its items are not known yet)."""
+        if self.claiming:
+            return
+        unknown = [i for i in held if i not in self.known]
+        if unknown:
+            log.warning("batch %r: this worker held item(s) %s that no claim of its returned (an answer lost on "
+                        "the way); released for any worker to take", self.name, unknown)
+            await self.store.release_batch_claims(self.name, self.owner, unknown)
 
     async def _give_back(self) -> None:
         """The batch call was cancelled: cut the running items; each lane records its own (aborted)."""

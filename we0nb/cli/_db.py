@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any, Optional
-from urllib.parse import quote
 
 from .._extras import require
 from ..persistence import MemoryPersistence, Persistence
@@ -77,6 +76,8 @@ def _sync_engine(url: str) -> Any:
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
+    from ..persistence.sql.readonly import read_only_uri
+
     u = _parse(url)
     if u.get_backend_name() == "sqlite":
         f = sqlite_file(url)
@@ -88,7 +89,8 @@ def _sync_engine(url: str) -> Any:
                            "first, or pass the --db URL the sessions were written to.")
         if not os.access(f, os.R_OK) or f.is_dir():
             raise CliError(f"cannot read {f} (from --db {url}): it is a folder or not readable by you.")
-        target = "file:" + quote(str(f.resolve())) + "?mode=ro"
+        # mode=ro; on read-only storage, where a WAL database cannot be read so, immutable=1 (said on stderr)
+        target = read_only_uri(str(f.resolve()))
         return create_engine("sqlite://", creator=lambda: sqlite3.connect(target, uri=True), poolclass=NullPool)
     require("psycopg", "A PostgreSQL --db", "postgres")
     return create_engine(u.set(drivername="postgresql+psycopg"), poolclass=NullPool)

@@ -7,6 +7,9 @@ and an ``expires`` time the owner keeps renewing) and then *ended* with its outc
 item is claimable when it is ``queued`` (someone should run it) and its claim has expired
 (``expires < now``): never claimed, given up, or held by a worker that stopped renewing.
 Every write that ends or renews a claim is conditional on the owner still holding it.
+Times are the caller's clock (``now``, ``expires``); a store shared by hosts may keep them on
+one clock of its own (PostgreSQL: the server's, a caller's time read as an offset from its own
+clock), so that hosts whose clocks disagree never take a live worker's claim.
 
 :class:`BatchQueue` is the capability a store has when it keeps batches; the batch runner
 (:mod:`we0nb.batch`) uses a store through it alone.
@@ -148,15 +151,25 @@ class BatchQueue(Protocol):
         """
 
     @abc.abstractmethod
-    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float,
-                                expires: float) -> list[BatchItem]:
+    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float, expires: float,
+                                token: Optional[str] = None) -> list[BatchItem]:
         """Claim up to ``n`` claimable items (queued, claim expired), in item order: each becomes
         ``running``, held by ``owner`` (``host:pid:worker``, see :func:`~we0nb.persistence.base.lease_owner`)
-        until ``expires``, its ``attempts`` counted. Two claimers never get the same item."""
+        until ``expires``, its ``attempts`` counted. Two claimers never get the same item.
+
+        ``token`` (a new id per claim, chosen by the claimer; the store makes one when None)
+        marks the claimed rows, so a claim whose answer was lost after it committed is answered
+        with its own rows, never run a second time (``we0nb.persistence.sql.pg_retry``)."""
 
     @abc.abstractmethod
-    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> int:
-        """Push the expiry of every item ``owner`` holds to ``expires``; returns how many it holds."""
+    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> list[int]:
+        """Push the expiry of every item ``owner`` holds to ``expires``; returns those items, in
+        item order (the worker releases any it cannot account for: :meth:`release_batch_claims`)."""
+
+    @abc.abstractmethod
+    async def release_batch_claims(self, name: str, owner: str, items: Sequence[int]) -> int:
+        """Make these items that ``owner`` holds claimable at once (a claim its worker never learned
+        of must not be renewed for ever); returns how many were."""
 
     @abc.abstractmethod
     async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
@@ -164,11 +177,12 @@ class BatchQueue(Protocol):
         ``owner`` no longer holds it (its claim lapsed and another worker took it)."""
 
     async def end_and_claim(self, name: str, item: int, owner: str, end: ItemEnd, *, claim: int, now: float,
-                            expires: float) -> tuple[bool, list[BatchItem]]:
+                            expires: float, token: Optional[str] = None) -> tuple[bool, list[BatchItem]]:
         """A worker's slot turning over: :meth:`end_batch_item`, then :meth:`claim_batch_items`
         of up to ``claim`` items (none for 0). A store that can send both at once overrides it."""
         ended = await self.end_batch_item(name, item, owner, end)
-        items = await self.claim_batch_items(name, owner, claim, now=now, expires=expires) if claim else []
+        items = await self.claim_batch_items(name, owner, claim, now=now, expires=expires,
+                                             token=token) if claim else []
         return ended, items
 
     @abc.abstractmethod

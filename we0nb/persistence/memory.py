@@ -151,8 +151,8 @@ class MemoryPersistence(Persistence, BatchQueue, ColumnReads):
             check_same_prompts(name, [(r.prompt, r.session_id) for r in rows], items, session_ids_given)
         return _info(info, rows)
 
-    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float,
-                                expires: float) -> list[BatchItem]:
+    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float, expires: float,
+                                token: Optional[str] = None) -> list[BatchItem]:
         out: list[BatchItem] = []
         rows = self._rows(name)
         start = self._first_queued.get(name, 0)
@@ -170,11 +170,21 @@ class MemoryPersistence(Persistence, BatchQueue, ColumnReads):
                 out.append(dataclasses.replace(r))
         return out
 
-    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> int:
+    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> list[int]:
         held = [r for r in self._rows(name) if r.owner == owner and r.status == "running"]
         for r in held:
             r.expires = expires
-        return len(held)
+        return [r.item for r in held]
+
+    async def release_batch_claims(self, name: str, owner: str, items: Sequence[int]) -> int:
+        rows, n = self._rows(name), 0
+        for i in items:
+            r = rows[i] if 0 <= i < len(rows) else None
+            if r is not None and r.owner == owner and r.status == "running":
+                r.expires = 0.0
+                self._first_queued[name] = min(self._first_queued.get(name, 0), i)
+                n += 1
+        return n
 
     async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
         rows = self._rows(name)

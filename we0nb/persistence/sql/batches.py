@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from typing import Any, Optional, Sequence
 
+from ..._ids import new_id
+from ...errors import PersistenceError
 from ..batches import BatchInfo, BatchItem, BatchQueue, ItemCost, ItemEnd, NewItem, check_same_prompts, fingerprint
 from . import statements as q
 from .driver import Driver, Params
 from .lease import pid_alive
-from .statements import END_COLUMNS
+from .pg_retry import outcome_unknown, resolve
+from .statements import END_COLUMNS, Stmt
 from .tables import cut
 
 __all__ = ["SqlBatchQueue", "item_from_row", "owner_process", "read_items", "read_infos", "costs_from_rows",
@@ -55,28 +59,60 @@ class SqlBatchQueue(BatchQueue):
                 check_same_prompts(name, [(p, s) for p, s in stored], items, session_ids_given)
         return (await self.list_batches(name))[0]
 
-    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float,
-                                expires: float) -> list[BatchItem]:
-        return _claimed(await self.db.fetchall(q.BATCH_CLAIM, self._claim_params(name, owner, n, now, expires)))
+    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float, expires: float,
+                                token: Optional[str] = None) -> list[BatchItem]:
+        params = self._claim_params(name, owner, n, now, expires, token)
+        try:
+            rows = await self.db.fetchall(q.BATCH_CLAIM, params)
+        except PersistenceError as e:
+            rows = await self._read_back(e, q.BATCH_CLAIM, params)
+        return _claimed(rows)
 
-    def _claim_params(self, name: str, owner: str, n: int, now: float, expires: float) -> Params:
+    async def _read_back(self, error: PersistenceError, stmt: Stmt, params: Params) -> Any:
+        """A claim's or an end's outcome after ``error``: read back when the error left it unknown
+        (a connection lost after the statement may have committed: :mod:`.pg_retry`), else raised."""
+        if not outcome_unknown(error):
+            raise error
+        return await resolve(self.db.fetchall, self.db.execute, stmt, params)
+
+    def _claim_params(self, name: str, owner: str, n: int, now: float, expires: float,
+                      token: Optional[str]) -> Params:
         host, pid = owner_process(owner, self.host)
-        return {"b": name, "owner": owner[:256], "host": host, "pid": pid, "n": n, "now": now, "expires": expires}
+        here = time.time()  # (PostgreSQL takes now and expires as offsets from this clock: statements.db_now)
+        return {"b": name, "owner": owner[:256], "host": host, "pid": pid, "n": n, "now": now, "expires": expires,
+                "token": (token or new_id("clm"))[:64], "now_ofs": now - here, "ttl": expires - here}
 
-    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> int:
-        return await self.db.execute(q.BATCH_RENEW, {"b": name, "holder": owner[:256], "expires": expires})
+    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> list[int]:
+        rows = await self.db.fetchall(q.BATCH_RENEW, {"b": name, "holder": owner[:256], "expires": expires,
+                                                      "ttl": expires - time.time()})
+        return sorted(int(r[0]) for r in rows)
+
+    async def release_batch_claims(self, name: str, owner: str, items: Sequence[int]) -> int:
+        n = 0
+        for i in items:
+            n += await self.db.execute(q.BATCH_RELEASE, {"b": name, "holder": owner[:256], "item": i})
+        return n
 
     async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
-        return await self.db.execute(q.BATCH_END, _end_params(name, item, owner, end)) == 1
+        params = _end_params(name, item, owner, end)
+        try:
+            return await self.db.execute(q.BATCH_END, params) == 1
+        except PersistenceError as e:
+            return await self._read_back(e, q.BATCH_END, params) == 1
 
     async def end_and_claim(self, name: str, item: int, owner: str, end: ItemEnd, *, claim: int, now: float,
-                            expires: float) -> tuple[bool, list[BatchItem]]:
+                            expires: float, token: Optional[str] = None) -> tuple[bool, list[BatchItem]]:
         """An end and a claim of up to ``claim`` items, sent together (:meth:`~.driver.Driver.run`: on
         SQLite one transaction, on PostgreSQL one round trip, where a worker's claims of one moment merge)."""
         if not claim:
             return await self.end_batch_item(name, item, owner, end), []
-        ended, rows = await self.db.run([(q.BATCH_END, _end_params(name, item, owner, end), False),
-                                         (q.BATCH_CLAIM, self._claim_params(name, owner, claim, now, expires), True)])
+        end_params, claim_params = _end_params(name, item, owner, end), self._claim_params(name, owner, claim, now,
+                                                                                          expires, token)
+        try:
+            ended, rows = await self.db.run([(q.BATCH_END, end_params, False), (q.BATCH_CLAIM, claim_params, True)])
+        except PersistenceError as e:  # (either may have committed: each is read back)
+            ended = await self._read_back(e, q.BATCH_END, end_params)
+            rows = await self._read_back(e, q.BATCH_CLAIM, claim_params)
         return ended == 1, _claimed(rows)
 
     async def requeue_batch_items(self, name: str, items: Sequence[int]) -> int:
@@ -118,7 +154,7 @@ def _new_item(name: str, i: int, it: NewItem) -> Params:
     return {"batch": name, "item": i, "session_id": it.session_id, "prompt": it.prompt, "status": "pending",
             "queued": True, "owner": None, "host": None, "pid": None, "expires": 0.0, "attempts": 0,
             "started": None, "finished": None, "duration": 0.0, "text": None, "output": None, "error": None,
-            "steps": 0, "tool_calls": 0, "input_tokens": 0, "output_tokens": 0}
+            "steps": 0, "tool_calls": 0, "input_tokens": 0, "output_tokens": 0, "claim": None}
 
 
 def _claimed(rows: list[Any]) -> list[BatchItem]:
@@ -139,7 +175,8 @@ def _end_params(name: str, item: int, owner: str, e: ItemEnd) -> Params:
     params = {k: getattr(e, k) for k in END_COLUMNS if k != "expires"}
     for k in ("text", "output", "error"):  # flattened text columns: NUL-safe (see tables.cut)
         params[k] = cut(params[k])
-    params.update(b=name, item=item, holder=owner[:256], run_time=e.run_time, expires=e.not_before)
+    delay = e.not_before - time.time() if e.not_before > 0 else None  # (PostgreSQL: on the server's clock)
+    params.update(b=name, item=item, holder=owner[:256], run_time=e.run_time, expires=e.not_before, delay=delay)
     return params
 
 

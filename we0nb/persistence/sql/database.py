@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL, Engine, create_engine, make_url
 from ..._extras import require
 from ...errors import PersistenceError
 from .errors import driver_errors, wrap
+from .readonly import read_only_fallback
 from .schema import ConnectionDb, ensure_schema
 
 __all__ = ["Database", "database_for", "sqlite_pragmas", "ensure_schema_on", "pg_settings"]
@@ -112,7 +113,7 @@ class Database:
 
                     eng = create_engine(self.sync_url, poolclass=SingletonThreadPool)
                 else:
-                    eng = create_engine(self.sync_url)
+                    eng = self._read_only_engine() or create_engine(self.sync_url)
                 self._sync_engine = eng
             self.install_events(eng)
             if not self._sync_ready:
@@ -126,6 +127,18 @@ class Database:
                             raise wrap(e, self.where) from e
                 self._sync_ready = True
             return eng
+
+    def _read_only_engine(self) -> Optional[Engine]:
+        """For a SQLite file on read-only storage: an engine that reads it as it can (see .readonly)."""
+        if self.dialect != "sqlite":
+            return None
+        database, uri = sqlite_target(self.sync_url)
+        ro = read_only_fallback(database, uri)
+        if ro is None:
+            return None
+        import sqlite3
+
+        return create_engine("sqlite://", creator=lambda: sqlite3.connect(ro, uri=True, check_same_thread=False))
 
     def ensure_schema(self) -> None:
         """Create or upgrade the schema through the synchronous engine; an engine made for this

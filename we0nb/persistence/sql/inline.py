@@ -7,10 +7,20 @@ holds no event-loop objects, so one instance works across successive ``asyncio.r
 
 What must never block the loop is a *wait*: the connection's own busy timeout is zero,
 and a statement that finds another process's write lock is retried with an async backoff
-(:meth:`InlineSqlite._retry`) until the configured ``busy_timeout`` has passed. WAL
-checkpoints (the only fsyncs under NORMAL) run on a background thread every
-:attr:`~InlineSqlite.CHECKPOINT_EVERY` commits, and :meth:`~InlineSqlite.close` joins that
-thread and closes the connection (which checkpoints) off the loop.
+(:meth:`InlineSqlite._retry`) until the configured ``busy_timeout`` has passed.
+
+WAL checkpoints (the only fsyncs under NORMAL) run on a background thread, never in a commit
+(automatic checkpoints are off). The WAL is kept bounded by its size, not by a count of
+commits: after each commit the loop looks at the WAL's size (one ``stat``); past
+:attr:`~InlineSqlite.WAL_LIMIT` (or the database's own size, when larger, up to
+:attr:`~InlineSqlite.WAL_CAP`) it wakes the thread. The thread copies what it can without
+stopping anyone (a passive checkpoint), then runs a ``TRUNCATE`` one: it takes the write lock
+(the loop's writers meanwhile back off asynchronously, as for another process's lock) only to
+copy what was written since, and empties the file. So the WAL stays within about one database
+plus a few MiB (and at most a few tens of MiB) whatever the batch's length — a passive checkpoint
+alone never catches up with a busy writer: the file only grew — and writers wait for a
+checkpoint of at most what the passive pass left, never of the whole WAL.
+:meth:`~InlineSqlite.close` joins that thread and closes the connection (which checkpoints) off the loop.
 
 While several runs of one loop commit at once (a batch), their commits go through
 :mod:`.sqlite_group` (one transaction per pass of the loop) instead of one transaction each.
@@ -32,6 +42,7 @@ from . import statements as q
 from .driver import Call, Guard, Op, Params, held
 from .database import sqlite_pragmas
 from .errors import Busy, is_busy, wrap
+from .readonly import read_only_fallback
 from .schema import SqliteDb, ensure_schema
 from .sqlite_group import SqliteGroup
 from .statements import Stmt, compiled
@@ -51,8 +62,12 @@ class InlineSqlite:
     (opened lazily) on the calling thread."""
 
     dialect = "sqlite"
-    #: commits between WAL checkpoints (a few thousand WAL pages: each checkpoint fsyncs)
-    CHECKPOINT_EVERY = 1000
+    #: the WAL size (bytes) past which a checkpoint is asked for; the database's size when larger,
+    #: up to WAL_CAP (a larger WAL makes each checkpoint longer: its pages are copied while writers wait)
+    WAL_LIMIT = 4 * 1024 * 1024
+    WAL_CAP = 16 * 1024 * 1024
+    #: the size SQLite cuts the WAL file back to when it starts it again (``journal_size_limit``)
+    WAL_KEEP = 4 * 1024 * 1024
     #: the longest single async back-off sleep while the database is locked (seconds)
     MAX_BACKOFF = 0.025
 
@@ -62,7 +77,10 @@ class InlineSqlite:
         self.lock = threading.RLock()  # the checkpoint thread and close() use the connection too
         self.conn: Optional[sqlite3.Connection] = None
         self.wal = False
-        self.commits = 0
+        self.wal_path = ""  # the WAL file ("": none to watch, e.g. an in-memory database)
+        self.db_path = ""
+        self.wal_limit = self.WAL_LIMIT
+        self.checkpoints = 0  # how many checkpoints were asked for (the tests read it)
         self.ckpt_wake = threading.Event()
         self.ckpt_thread: Optional[threading.Thread] = None
         self.ckpt_stop = False
@@ -201,24 +219,32 @@ class InlineSqlite:
                 raise PersistenceError(
                     f"Cannot open the SQLite database {self.where}: the folder {folder!r} does not exist."
                 )
+        # a file on read-only storage is read as it can be (immutable=1 for a WAL one): see .readonly
+        ro = read_only_fallback(self.database, self.uri)
         try:
-            conn = sqlite3.connect(self.database, uri=self.uri, isolation_level=None,
+            conn = sqlite3.connect(ro or self.database, uri=self.uri or ro is not None, isolation_level=None,
                                    check_same_thread=False, timeout=0)
         except sqlite3.Error as e:
             raise wrap(e, self.where) from e
         try:
+            if ro is not None:  # reads only: a write fails with the read-only error, in one line
+                ensure_schema(SqliteDb(conn, self.where))
+                self.conn, self.wal = conn, False
+                return conn
             sqlite_pragmas(conn, self.synchronous, 0)  # never wait on the loop: _retry waits
             self.wal = conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
             if self.wal:
                 # checkpoints (which fsync) run on a background thread, not in a commit
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
+                conn.execute(f"PRAGMA journal_size_limit = {self.WAL_KEEP}")
+                self.db_path = conn.execute("PRAGMA database_list").fetchone()[2] or ""
+                self.wal_path = self.db_path + "-wal" if self.db_path else ""
             ensure_schema(SqliteDb(conn, self.where))
             self._probe_writable(conn)
         except BaseException:
             conn.close()
             raise
         self.conn = conn
-        self.commits = 0
         return conn
 
     @staticmethod
@@ -233,14 +259,28 @@ class InlineSqlite:
     # ------------------------------------------------------------------ WAL checkpoints off the loop
 
     def _committed(self) -> None:
-        self.commits += 1
-        if self.commits >= self.CHECKPOINT_EVERY and self.wal:
-            self.commits = 0
-            if self.ckpt_thread is None or not self.ckpt_thread.is_alive():
-                self.ckpt_thread = threading.Thread(target=self._checkpointer, name="we0nb-sqlite-checkpoint",
-                                                    daemon=True)
-                self.ckpt_thread.start()
-            self.ckpt_wake.set()
+        """After a commit: ask for a checkpoint once the WAL has outgrown its limit."""
+        if not self.wal_path:
+            return
+        try:
+            wal = os.stat(self.wal_path).st_size
+            if wal <= self.wal_limit:
+                return
+            # the limit follows the database: a checkpoint of a large database's WAL costs like its pages
+            size = os.stat(self.db_path).st_size
+            self.wal_limit = min(max(self.WAL_LIMIT, size), max(self.WAL_CAP, self.WAL_LIMIT))
+        except OSError:  # (the file is gone or unreadable: the next commit looks again)
+            return
+        if wal > self.wal_limit:
+            self._ask_checkpoint()
+
+    def _ask_checkpoint(self) -> None:
+        self.checkpoints += 1
+        if self.ckpt_thread is None or not self.ckpt_thread.is_alive():
+            self.ckpt_thread = threading.Thread(target=self._checkpointer, name="we0nb-sqlite-checkpoint",
+                                                daemon=True)
+            self.ckpt_thread.start()
+        self.ckpt_wake.set()
 
     def _checkpointer(self) -> None:
         busy_ms = int(self.busy_timeout * 1000)  # this thread may wait: it is not the loop's
@@ -257,8 +297,12 @@ class InlineSqlite:
                 if self.ckpt_stop:
                     return
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                except sqlite3.Error as e:  # busy or read-only: the next round tries again
+                    # PASSIVE copies what it can while writers go on; TRUNCATE then takes the write lock
+                    # (the loop backs off meanwhile) to copy the rest and empty the WAL — a passive one
+                    # alone would leave it growing behind a busy writer
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                except sqlite3.Error as e:  # busy, read-only or a full disk: the next commit asks again
                     log.debug("WAL checkpoint skipped: %s", e)
         finally:
             conn.close()

@@ -2,7 +2,10 @@
 
 Acquiring is an atomic insert-if-absent, or a compare-and-swap on the row that was seen
 (so two processes cannot both win); a lease whose owner is on this host with a PID that
-is no longer alive is taken over at once, any other only after it expires. A heartbeat
+is no longer alive is taken over at once, any other only after it expires — by the database
+server's clock on PostgreSQL (one clock for every host: a worker whose clock is off neither
+takes a live run's lease nor keeps a dead one's; :func:`~.statements.db_now`), by this host's
+on SQLite. A heartbeat
 renews it every ``lease_renew`` seconds — one task per store and event loop for all the
 leases held there (a batch holds a hundred at once) —; when a renewal finds another owner, the
 lease is marked lost (:meth:`~we0nb.persistence.base.Lease.mark_lost`). Every conditional
@@ -23,6 +26,7 @@ from ...errors import PersistenceError, SessionBusyError
 from ..base import Lease, LeaseStore, lease_owner
 from . import statements as q
 from .driver import Driver, Guard, Params, held
+from .errors import is_readonly_error
 from .statements import Stmt
 
 __all__ = ["SqlLeases", "pid_alive", "LIVE_OWNERS"]
@@ -72,11 +76,12 @@ class SqlLeases:
     def guard(self, lease: Lease) -> Guard:
         """The statement that renews ``lease`` — and changes no row once another run holds it:
         the guard of the run's commits (:func:`~.driver.held`)."""
-        return (q.LEASE_RENEW, {"sid": lease.session_id, "holder": lease.owner, "expires": time.time() + self.ttl})
+        return (q.LEASE_RENEW, {"sid": lease.session_id, "holder": lease.owner, "expires": time.time() + self.ttl,
+                                "ttl": self.ttl})
 
     async def holder(self, session_id: str) -> Optional[str]:
         """Who holds the session's lease now (None: nobody)."""
-        rows = await self.db.fetchall(q.LEASE_GET, {"sid": session_id})
+        rows = await self.db.fetchall(q.LEASE_GET, {"sid": session_id, "now": time.time()})
         return rows[0][0] if rows else None
 
     async def check(self, lease: Lease) -> None:
@@ -92,7 +97,7 @@ class SqlLeases:
 
     def _new_row(self, session_id: str, run_id: str, owner: str) -> Params:
         return {"session_id": session_id, "owner": owner, "host": self.host, "pid": os.getpid(),
-                "run_id": run_id[:64], "expires": time.time() + self.ttl}
+                "run_id": run_id[:64], "expires": time.time() + self.ttl, "ttl": self.ttl}
 
     async def acquire_and_read(self, session_id: str, run_id: str, read: tuple[Stmt, Params]) -> tuple[Lease, list[Any]]:
         """The lease, and the rows of ``read`` as the lease's holder sees them.
@@ -106,8 +111,9 @@ class SqlLeases:
         try:
             won, rows = await self.db.run([(q.LEASE_INSERT, self._new_row(session_id, run_id, owner), False),
                                            (read[0], read[1], True)])
-        except BaseException:
-            await self._drop(session_id, owner)  # (the insert may have won before the read failed)
+        except BaseException as e:
+            if not (isinstance(e, PersistenceError) and is_readonly_error(e)):  # (read-only: nothing was written)
+                await self._drop(session_id, owner)  # (the insert may have won before the read failed)
             raise
         if won == 1:
             return self._held(session_id, run_id, owner), rows
@@ -129,12 +135,12 @@ class SqlLeases:
             new = self._new_row(session_id, run_id, owner)
             if await self.db.execute(q.LEASE_INSERT, new) == 1:
                 break
-            rows = await self.db.fetchall(q.LEASE_GET, {"sid": session_id})
+            rows = await self.db.fetchall(q.LEASE_GET, {"sid": session_id, "now": time.time()})
             if not rows:
                 continue  # released in between: try the insert again
-            old_owner, old_host, old_pid, old_expires = rows[0]
+            old_owner, old_host, old_pid, old_expires, db_now = rows[0]  # (db_now: the clock expiry is judged by)
             dead = _owner_gone(old_owner, old_host, int(old_pid), self.host)
-            if not dead and old_expires >= time.time():
+            if not dead and old_expires >= db_now:
                 raise SessionBusyError(session_id, old_owner)
             take = dict(new, sid=session_id, old_owner=old_owner, old_expires=old_expires)
             if held(await self.db.execute(q.LEASE_TAKE, take)):

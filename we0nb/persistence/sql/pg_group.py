@@ -21,9 +21,11 @@ One send is under way at a time, so commits land in the order they were made; a 
 queued is sent even if its caller is cancelled meanwhile (the run's writer has let go of its
 rows, which would otherwise be lost).
 
-A send that fails (a value the server refuses, a lost connection) writes nothing, and each
-of its commits is then tried alone on the usual path, so an error reaches only the commit
-that caused it. Values are bound on the client, the only way to send several statements
+A send that fails on an error the server answered (a value it refuses) wrote nothing, and each
+of its entries is then tried alone on the usual path, so an error reaches only the commit
+that caused it. A send whose connection failed may have committed: its entries are tried
+alone too — all of them may be sent again but a claim and an item's end, whose outcome is read
+back instead (:mod:`.pg_retry`; the same when an entry sent alone loses its answer). Values are bound on the client, the only way to send several statements
 with parameters in one round trip: as quoted literals of our own (:func:`_literal`) where
 the server reads standard strings, else by psycopg's ``ClientCursor.mogrify``.
 """
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union, cast
 
 from sqlalchemy import String
 
+from . import pg_retry
 from . import statements as q
 from . import tables as S
 from .driver import Guard, Op, Params, held
@@ -127,27 +130,65 @@ class GroupCommit:
             return
         try:
             results = await self._together(group)
-        except Exception:  # on purpose: nothing was written; each entry alone gets its own outcome
-            for e in group:
-                await self._alone(e)
+        except Exception as exc:  # on purpose: each entry alone gets its own outcome
+            await self._retry(group, pg_retry.outcome_unknown(exc))
             return
         for e, result in zip(group, results):
             if not e.done.done():
                 e.done.set_result(result)
 
-    async def _alone(self, e: _Entry) -> None:
-        result: Any
+    async def _retry(self, group: list[_Entry], unknown: bool) -> None:
+        """Each entry of a failed send alone; ``unknown``: the send may have committed (see
+        :mod:`.pg_retry`). A worker's claims merged into one are retried as that one claim."""
+        sent, shares = _merge_claims([e for e in group if isinstance(e, _Statement)])
+        merged = {id(m) for _, members in shares for m in members}
+        for e in group:
+            if id(e) not in merged:
+                await self._alone(e, unknown)
+        for claim, members in shares:
+            try:
+                got = await self._outcome(claim, unknown)
+            except Exception as exc:
+                for m in members:
+                    if not m.done.done():
+                        m.done.set_exception(exc)
+                continue
+            for m, rows in _share(got, members):
+                if not m.done.done():
+                    m.done.set_result(rows)
+
+    async def _alone(self, e: _Entry, unknown: bool = False) -> None:
         try:
-            if isinstance(e, _Commit):
-                result = await self.conns.transaction(e.ops, e.guard)
-            else:
-                result = await (self.conns.fetchall_now if e.rows else self.conns.execute_now)(e.stmt, e.params)
+            result = await self._outcome(e, unknown)
         except Exception as exc:
             if not e.done.done():
                 e.done.set_exception(exc)
             return
         if not e.done.done():
             e.done.set_result(result)
+
+    async def _outcome(self, e: _Entry, unknown: bool) -> Any:
+        """``e`` sent alone: its result, or its error raised. A statement that must not run twice
+        (:data:`~.pg_retry.ONCE`) whose earlier send may have committed (``unknown``), or whose
+        answer is lost now, has its outcome read back instead (:func:`~.pg_retry.resolve`); any
+        other entry whose answer is lost now is sent once more (a commit's upserts under its lease,
+        a renewal, a read: twice is once)."""
+        once = isinstance(e, _Statement) and e.stmt in pg_retry.ONCE
+        if unknown and once:
+            return await pg_retry.resolve(self.conns.fetchall_now, self.conns.execute_now, e.stmt, e.params)
+        try:
+            return await self._send_alone(e)
+        except Exception as exc:
+            if not pg_retry.outcome_unknown(exc):
+                raise
+            if once:
+                return await pg_retry.resolve(self.conns.fetchall_now, self.conns.execute_now, e.stmt, e.params)
+            return await self._send_alone(e)  # (once more, on a new connection: twice is once for these)
+
+    async def _send_alone(self, e: _Entry) -> Any:
+        if isinstance(e, _Commit):
+            return await self.conns.transaction(e.ops, e.guard)
+        return await (self.conns.fetchall_now if e.rows else self.conns.execute_now)(e.stmt, e.params)
 
     async def _together(self, group: list[_Entry]) -> list[Any]:
         """Send ``group`` as one transaction: per entry, its result (see the entry's class)."""
@@ -160,7 +201,7 @@ class GroupCommit:
         for c in commits:
             lease = c.guard[1]
             sid, holder = lease["sid"], lease["holder"]
-            leases.append((sid, holder, lease["expires"]))
+            leases.append((sid, holder, lease["ttl"]))
             for key, params in c.ops:
                 table, names = rows[key], _columns(key)
                 for row in (params if isinstance(params, list) else [params]):
@@ -185,10 +226,8 @@ class GroupCommit:
                 out[id(e)] = await cur.fetchall() if e.rows else cur.rowcount
                 cur.nextset()
             for e, members in shares:  # the merged claim's rows, shared out in the claimers' order
-                got = out[id(e)]
-                for m in members:
-                    k = m.params["n"]
-                    out[id(m)], got = got[:k], got[k:]
+                for m, share in _share(out[id(e)], members):
+                    out[id(m)] = share
             if commits:
                 renewed = collections.Counter(r[0] for r in await cur.fetchall())  # rows renewed, by session
                 while cur.nextset():
@@ -221,6 +260,16 @@ def _merge_claims(statements: list[_Statement]) -> tuple[list[_Statement], list[
             sent[sent.index(first)] = merged
             shares.append((merged, members))
     return sent, shares
+
+
+def _share(got: list[Any], members: list[_Statement]) -> list[tuple[_Statement, list[Any]]]:
+    """A merged claim's rows shared out in its claimers' order, each up to the number it asked for."""
+    out = []
+    for m in members:
+        k = m.params["n"]
+        out.append((m, got[:k]))
+        got = got[k:]
+    return out
 
 
 # --------------------------------------------------------------------------- the statements
@@ -272,9 +321,11 @@ def _literal(v: Any) -> str:
 
 
 def _renew_all(cur: Any, leases: Sequence[tuple[str, str, float]], standard: bool) -> str:
-    """Renew every lease of the group still held (``RETURNING`` those renewed)."""
-    return (f"UPDATE {S.leases.name} AS l SET expires = CAST(v.expires AS FLOAT) "
-            f"FROM (VALUES {_values(cur, '(%s, %s, %s)', leases, standard)}) AS v(sid, holder, expires) "
+    """Renew every lease of the group still held, to the server's now + its ttl (``RETURNING``
+    those renewed)."""
+    return (f"UPDATE {S.leases.name} AS l SET expires = CAST(EXTRACT(EPOCH FROM now()) AS FLOAT) "
+            "+ CAST(v.ttl AS FLOAT) "
+            f"FROM (VALUES {_values(cur, '(%s, %s, %s)', leases, standard)}) AS v(sid, holder, ttl) "
             "WHERE l.session_id = v.sid AND l.owner = v.holder RETURNING l.session_id")
 
 

@@ -13,6 +13,12 @@ names); an update's new values are named after their columns; the other values a
 ``sid`` (a session id), ``mid`` (a message id), ``key`` and ``value`` (``we0_meta``),
 ``holder`` (the lease owner that must still hold it), ``old_owner``/``old_expires``
 (the lease row that was seen).
+
+Clocks: on SQLite every time is the caller's (``now``, ``expires``: one host's clock). On
+PostgreSQL expiries and the tests of expiry use the *server's* clock (:func:`db_now`), so workers
+on hosts whose clocks differ agree: an expiry is the server's now plus ``ttl`` (the caller's
+``expires`` minus its own clock), and a caller's ``now`` is the server's now plus ``now_ofs``
+(how far it is from the caller's clock: 0 for the present).
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional
 
-from sqlalchemy import (Float, and_, bindparam, case, cast, column, delete, false, func, literal_column, null, select,
-                        table, true, update)
+from sqlalchemy import (Float, and_, bindparam, case, cast, column, delete, extract, false, func, literal_column, null,
+                        select, table, true, update)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from . import tables as S
@@ -74,6 +80,9 @@ BATCH_ITEM_INSERT = Stmt("batch_item_insert")
 BATCH_PROMPTS = Stmt("batch_prompts")
 BATCH_CLAIM = Stmt("batch_claim")
 BATCH_RENEW = Stmt("batch_renew")
+BATCH_MINE = Stmt("batch_mine")
+BATCH_STATE = Stmt("batch_state")
+BATCH_RELEASE = Stmt("batch_release")
 BATCH_END = Stmt("batch_end")
 BATCH_REQUEUE = Stmt("batch_requeue")
 BATCH_OWNERS = Stmt("batch_owners")
@@ -120,12 +129,44 @@ def _upsert(insert: Any, t: Any, key: str) -> Any:
                                       set_={c.name: stmt.excluded[c.name] for c in t.columns if c.name != key})
 
 
+def db_now(dialect: str) -> Any:
+    """The clock leases and claims expire by: PostgreSQL's (epoch seconds of ``now()``); on SQLite
+    the caller's ``now`` parameter."""
+    if dialect == "postgresql":
+        return cast(extract("epoch", func.now()), Float)
+    return cast(bindparam("now"), Float)
+
+
+def _expiry(dialect: str) -> Any:
+    """An expiry to write: PostgreSQL's now + ``ttl``; on SQLite the caller's ``expires``."""
+    return db_now(dialect) + bindparam("ttl", type_=Float) if dialect == "postgresql" else bindparam("expires")
+
+
+def _lease_statements(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Optional[list[str]]]]:
+    """The session lease's statements (:mod:`.lease`); their expiries by :func:`_expiry`."""
+    L = S.leases
+    sid: Any = bindparam("sid")
+    lease_is_ours = (L.c.session_id == sid) & (L.c.owner == bindparam("holder"))
+    new: dict[str, Any] = {n: bindparam(n) for n in ("owner", "host", "pid", "run_id")}
+    return {
+        LEASE_INSERT: (insert(L).values(session_id=bindparam("session_id"), expires=_expiry(dialect), **new)
+                       .on_conflict_do_nothing(index_elements=[L.c.session_id]), None),
+        # (with the clock expiry is judged by: the lease is another's until then)
+        LEASE_GET: (select(L.c.owner, L.c.host, L.c.pid, L.c.expires, db_now(dialect).label("db_now"))
+                    .where(L.c.session_id == sid), None),
+        LEASE_TAKE: (update(L).where(L.c.session_id == sid, L.c.owner == bindparam("old_owner"),
+                                     L.c.expires == bindparam("old_expires"))
+                     .values(expires=_expiry(dialect), **new), None),
+        LEASE_RENEW: (update(L).where(lease_is_ours).values(expires=_expiry(dialect)), None),
+        LEASE_RELEASE: (delete(L).where(lease_is_ours), None),
+    }
+
+
 def _constructs(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Optional[list[str]]]]:
     """``key → (statement, the columns an UPDATE sets or None)``."""
     sid: Any = bindparam("sid")
     mid: Any = bindparam("mid")
-    M, P, L, meta = S.messages, S.parts, S.leases, S.meta
-    lease_is_ours = (L.c.session_id == sid) & (L.c.owner == bindparam("holder"))
+    M, P, meta = S.messages, S.parts, S.meta
     has_table: Any
     if dialect == "sqlite":
         master = table("sqlite_master", column("type"), column("name"))
@@ -151,13 +192,7 @@ def _constructs(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Optional[lis
                             .order_by(P.c.message_id, P.c.id), None),
         DELETE_PARTS: (delete(P).where(P.c.session_id == sid, P.c.message_id == mid), None),
         DELETE_MESSAGE: (delete(M).where(M.c.session_id == sid, M.c.id == mid), None),
-        LEASE_INSERT: (insert(L).on_conflict_do_nothing(index_elements=[L.c.session_id]), None),
-        LEASE_GET: (select(L.c.owner, L.c.host, L.c.pid, L.c.expires).where(L.c.session_id == sid), None),
-        LEASE_TAKE: (update(L).where(L.c.session_id == sid, L.c.owner == bindparam("old_owner"),
-                                       L.c.expires == bindparam("old_expires")),
-                       ["owner", "host", "pid", "run_id", "expires"]),
-        LEASE_RENEW: (update(L).where(lease_is_ours), ["expires"]),
-        LEASE_RELEASE: (delete(L).where(lease_is_ours), None),
+        **_lease_statements(insert, dialect),
         VERSION_GET: (select(meta.c.value).where(meta.c.key == bindparam("key")), None),
         VERSION_SET: (insert(meta).on_conflict_do_nothing(index_elements=[meta.c.key]), None),
         VERSION_UPDATE: (update(meta).where(meta.c.key == bindparam("key")), ["value"]),
@@ -188,7 +223,9 @@ def _batch_constructs(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Option
     else:  # (the claim index's own order — batch and queued are fixed — which no other index gives)
         claimable = select(I.c.item, literal_column("we0_batch_items.ctid").label("row")).order_by(
             I.c.batch, I.c.queued, I.c.item)
-    claimable = claimable.where(I.c.batch == b, I.c.queued == true(), I.c.expires < bindparam("now"))
+    # (the caller's now, on PostgreSQL as the server's clock has it: see db_now)
+    claim_now = db_now(dialect) + bindparam("now_ofs", type_=Float) if dialect == "postgresql" else bindparam("now")
+    claimable = claimable.where(I.c.batch == b, I.c.queued == true(), I.c.expires < claim_now)
     claimable = claimable.limit(bindparam("n")).offset(literal_column("0")).with_for_update(skip_locked=True)
     # a CTE, materialized: PostgreSQL must pick the rows once (an IN (subquery … LIMIT … SKIP LOCKED)
     # may be rescanned per row and pick them all)
@@ -203,15 +240,17 @@ def _batch_constructs(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Option
             literal_column(f"ARRAY(SELECT {picked.name}.row FROM {picked.name})"))
     claim = update(I).add_cte(picked).where(chosen).values(
         status=running, owner=bindparam("owner"), host=bindparam("host"), pid=bindparam("pid"),
-        expires=bindparam("expires"), attempts=I.c.attempts + literal_column("1"),
-        started=func.coalesce(I.c.started, bindparam("now"))).returning(*cols)
+        expires=_expiry(dialect), attempts=I.c.attempts + literal_column("1"),
+        started=func.coalesce(I.c.started, bindparam("now")), claim=bindparam("token")).returning(*cols)
     mine = and_(I.c.batch == b, I.c.owner == bindparam("holder"), I.c.status == running)
     null: Any = literal_column("NULL")
     # (a running item is queued: a claim takes queued items and leaves that flag alone; said here,
     # it makes either index a lookup of this one item, whatever the planner's statistics)
+    sets: dict[str, Any] = {n: bindparam(n) for n in END_COLUMNS}
+    if dialect == "postgresql":  # a back-off's end on the server's clock (``delay``: NULL for none)
+        sets["expires"] = func.coalesce(db_now(dialect) + bindparam("delay", type_=Float), literal_column("0.0"))
     end = update(I).where(mine, I.c.queued == true(), I.c.item == bindparam("item")).values(
-        owner=null, host=null, pid=null, duration=I.c.duration + bindparam("run_time"),
-        **{n: bindparam(n) for n in END_COLUMNS})
+        owner=null, host=null, pid=null, duration=I.c.duration + bindparam("run_time"), **sets)
     counts = select(I.c.batch, I.c.status, I.c.queued, func.count(), func.max(I.c.finished)) \
         .group_by(I.c.batch, I.c.status, I.c.queued)
     return {
@@ -223,7 +262,14 @@ def _batch_constructs(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Option
         BATCH_ITEM_INSERT: (insert(I), None),
         BATCH_PROMPTS: (select(I.c.prompt, I.c.session_id).where(I.c.batch == b).order_by(I.c.item), None),
         BATCH_CLAIM: (claim, None),
-        BATCH_RENEW: (update(I).where(mine).values(expires=bindparam("expires")), None),
+        BATCH_RENEW: (update(I).where(mine).values(expires=_expiry(dialect)).returning(I.c.item), None),
+        # a claim's own rows, by its token (a claim whose answer was lost: see pg_retry)
+        BATCH_MINE: (select(*cols).where(mine, I.c.claim == bindparam("token")).order_by(I.c.item), None),
+        # what an item's end would have changed (an end whose answer was lost: see pg_retry)
+        BATCH_STATE: (select(I.c.status, I.c.queued, I.c.owner, I.c.finished, I.c.attempts)
+                      .where(I.c.batch == b, I.c.item == bindparam("item")), None),
+        BATCH_RELEASE: (update(I).where(mine, I.c.item == bindparam("item")).values(expires=literal_column("0.0")),
+                        None),
         BATCH_END: (end, None),
         BATCH_REQUEUE: (update(I).where(I.c.batch == b, I.c.item == bindparam("item"), I.c.queued == false(),
                                           I.c.status != running)

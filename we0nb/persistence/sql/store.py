@@ -284,19 +284,23 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads):
                          now: float) -> BatchInfo:
         return await self._batches.open_batch(name, items, session_ids_given=session_ids_given, now=now)
 
-    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float,
-                                expires: float) -> list[BatchItem]:
-        return await self._batches.claim_batch_items(name, owner, n, now=now, expires=expires)
+    async def claim_batch_items(self, name: str, owner: str, n: int, *, now: float, expires: float,
+                                token: Optional[str] = None) -> list[BatchItem]:
+        return await self._batches.claim_batch_items(name, owner, n, now=now, expires=expires, token=token)
 
-    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> int:
+    async def renew_batch_claims(self, name: str, owner: str, expires: float) -> list[int]:
         return await self._batches.renew_batch_claims(name, owner, expires)
+
+    async def release_batch_claims(self, name: str, owner: str, items: Sequence[int]) -> int:
+        return await self._batches.release_batch_claims(name, owner, items)
 
     async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
         return await self._batches.end_batch_item(name, item, owner, end)
 
     async def end_and_claim(self, name: str, item: int, owner: str, end: ItemEnd, *, claim: int, now: float,
-                            expires: float) -> tuple[bool, list[BatchItem]]:
-        return await self._batches.end_and_claim(name, item, owner, end, claim=claim, now=now, expires=expires)
+                            expires: float, token: Optional[str] = None) -> tuple[bool, list[BatchItem]]:
+        return await self._batches.end_and_claim(name, item, owner, end, claim=claim, now=now, expires=expires,
+                                                 token=token)
 
     async def requeue_batch_items(self, name: str, items: Sequence[int]) -> int:
         return await self._batches.requeue_batch_items(name, items)

@@ -33,7 +33,7 @@ __all__ = ["SCHEMA_VERSION", "SESSION_ID_MAX", "metadata", "meta", "sessions", "
 
 #: bump when the tables change; a database with a higher version is refused, an older one
 #: is upgraded in place (``schema.py``)
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: the longest session id (characters). Every session-id column has this width (schema 3;
 #: PostgreSQL enforces it), and ``build_request`` refuses longer ids up front.
@@ -156,6 +156,9 @@ batch_items = Table(
     Column("tool_calls", Integer, nullable=False),
     Column("input_tokens", Integer, nullable=False),
     Column("output_tokens", Integer, nullable=False),
+    # the token of the claim that took the item last (schema 7): chosen by the claimer, so a
+    # claim whose answer was lost finds its own rows (``we0nb.persistence.sql.pg_retry``)
+    Column("claim", String(64), nullable=True),
     # what a claim looks for: the first queued items of a batch, in item order, whose claim
     # expired (``expires`` in the index: the running items it passes over are skipped without
     # reading their rows; schema 6 — 4 and 5 had (batch, queued, expires), which sorted every
