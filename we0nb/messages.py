@@ -110,6 +110,10 @@ class Session(_Model):
     title: str = ""
     time: SessionTime
     revert: Optional[SessionRevert] = None
+    #: the session this one was forked from (``agent.fork``), None for a session that is not a fork
+    forked_from: Optional[str] = None
+    #: the message of ``forked_from`` the fork was copied up to (None: its whole history)
+    forked_at: Optional[str] = None
 
 
 # --------------------------------------------------------------------------- messages
