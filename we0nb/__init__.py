@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any as _Any, Optional as _Optional
 from ._extras import MissingExtraError
 from ._lazy import lazy_names as _lazy_names
 from .engine import RunRequest, RunResult, We0Agent, plan_recovery, user_message
+from .engine.replay import ReplayModel
 from .engine.agent import use_batch_runner as _use_batch_runner
 from .engine.observe import use_run_observers as _use_run_observers
 from .engine.events import Event
@@ -30,6 +31,7 @@ from .errors import (
     ModelProviderError,
     OutputValidationError,
     PersistenceError,
+    ReplayMismatchError,
     SchemaVersionError,
     ScriptExhaustedError,
     SessionBusyError,
@@ -96,14 +98,14 @@ __all__ = [
     "tool", "AnyToolDefinition", "ToolDefinition", "ToolPolicy", "ToolContext", "Reconciled", "ToolError",
     "ToolReturn",
     # models (the script builders text, tool_call, output… live in we0nb.testing)
-    "Model", "ModelRequest", "ScriptedModel", "FunctionModel", "OpenAIChatModel", "AnthropicModel", "local_model",
+    "Model", "ModelRequest", "ScriptedModel", "FunctionModel", "ReplayModel", "OpenAIChatModel", "AnthropicModel", "local_model",
     # the data model
     "Session", "UserMessage", "AssistantMessage", "MessageError", "Usage", "Transcript", "MessageWithParts",
     "Part", "TextPart", "ReasoningPart", "ToolPart", "StepStartPart", "StepFinishPart", "CompactionPart",
     "ToolState", "ToolStatePending", "ToolStateRunning", "ToolStateCompleted", "ToolStateError",
     # errors
     "We0Error", "SessionBusyError", "LeaseLostError", "MaxStepsExceeded", "ModelError", "OutputValidationError",
-    "ScriptExhaustedError", "PersistenceError", "CorruptRecordError", "SchemaVersionError",
+    "ScriptExhaustedError", "ReplayMismatchError", "PersistenceError", "CorruptRecordError", "SchemaVersionError",
     "ModelProviderError", "ModelAuthenticationError", "ContextWindowExceeded", "CompactionError",
     "MissingExtraError", "MCPServer", "MCPServerError",
     # the notebook: live view, panel, frames, plots

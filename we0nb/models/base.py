@@ -256,6 +256,11 @@ class Model(abc.ABC):
             self._provider = provider
         self._price = ModelPrice.of(price)
 
+    async def prepare(self) -> None:
+        """Called at the start of every run, before anything is written: a model that must load
+        something first (a replay's recording) does it here, so its errors leave no trace."""
+        return None
+
     @abc.abstractmethod
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream the reply to ``request``. Must be an async iterator; ``aclose()`` stops it."""
