@@ -71,6 +71,7 @@ if TYPE_CHECKING:  # the lazy names, for IDEs and type checkers
     from .models.local import local_model
     from .models.openai import OpenAIChatModel
     from .notebook.batch_frames import batch_df, batches_df
+    from .notebook.compare import compare, compare_df
     from .notebook.frames import expand_json, messages_df, parts_df, session_summary, sessions_df, tool_calls_df
     from .notebook.live import show
     from .notebook.panel import RunPanel
@@ -111,6 +112,8 @@ __all__ = [
     # the notebook: live view, panel, frames, plots
     "show", "RunPanel", "sessions_df", "messages_df", "parts_df", "tool_calls_df", "session_summary",
     "expand_json", "plot_timeline", "plot_tools",
+    # experiments: compare sessions, score batches
+    "compare_df", "compare",
     # batches
     "BatchResult", "batches_df", "batch_df",
     "load_ipython_extension",
@@ -133,6 +136,8 @@ _LAZY = {
     "expand_json": "we0nb.notebook.frames",
     "plot_timeline": "we0nb.notebook.plots",
     "plot_tools": "we0nb.notebook.plots",
+    "compare_df": "we0nb.notebook.compare",
+    "compare": "we0nb.notebook.compare",
     "BatchResult": "we0nb.batch",
     "batches_df": "we0nb.notebook.batch_frames",
     "batch_df": "we0nb.notebook.batch_frames",
