@@ -71,7 +71,10 @@ if TYPE_CHECKING:  # the lazy names, for IDEs and type checkers
     from .models.local import local_model
     from .models.openai import OpenAIChatModel
     from .notebook.batch_frames import batch_df, batches_df
+    from .batch.judge import judge
+    from .batch.score import Score, scorer
     from .notebook.compare import compare, compare_df
+    from .notebook.score_frames import experiments_df, plot_experiments, scores_df
     from .notebook.frames import expand_json, messages_df, parts_df, session_summary, sessions_df, tool_calls_df
     from .notebook.live import show
     from .notebook.panel import RunPanel
@@ -113,7 +116,7 @@ __all__ = [
     "show", "RunPanel", "sessions_df", "messages_df", "parts_df", "tool_calls_df", "session_summary",
     "expand_json", "plot_timeline", "plot_tools",
     # experiments: compare sessions, score batches
-    "compare_df", "compare",
+    "compare_df", "compare", "Score", "scorer", "judge", "scores_df", "experiments_df", "plot_experiments",
     # batches
     "BatchResult", "batches_df", "batch_df",
     "load_ipython_extension",
@@ -138,6 +141,12 @@ _LAZY = {
     "plot_tools": "we0nb.notebook.plots",
     "compare_df": "we0nb.notebook.compare",
     "compare": "we0nb.notebook.compare",
+    "Score": "we0nb.batch.score",
+    "scorer": "we0nb.batch.score",
+    "judge": "we0nb.batch.judge",
+    "scores_df": "we0nb.notebook.score_frames",
+    "experiments_df": "we0nb.notebook.score_frames",
+    "plot_experiments": "we0nb.notebook.score_frames",
     "BatchResult": "we0nb.batch",
     "batches_df": "we0nb.notebook.batch_frames",
     "batch_df": "we0nb.notebook.batch_frames",

@@ -186,6 +186,12 @@ class SqlReader(ColumnReader):
 
         return self._records(lambda conn: read_costs(conn, name))
 
+    def scores(self, name: str) -> list[Any]:
+        """The scores of batch ``name`` (:class:`~we0nb.persistence.scores.ScoreRecord`), by item and scorer."""
+        from .scores import read_scores
+
+        return self._records(lambda conn: read_scores(conn, name))
+
     def _records(self, read: Callable[[Any], list[Any]]) -> list[Any]:
         with self._connection() as conn:
             try:

@@ -13,7 +13,8 @@ Versions: 1 the first tables; 2 the model-view cache (column, triggers) and a pa
 index; 3 session-id columns widened from 64 to :data:`~.tables.SESSION_ID_MAX` characters;
 4 the batch tables (``we0_batches``, ``we0_batch_items``); 5 PostgreSQL's part trigger runs a
 static statement (planned once per connection) instead of dynamic SQL planned at every row;
-6 the claim index in item order (a claim reads the next items instead of sorting the queue).
+6 the claim index in item order (a claim reads the next items instead of sorting the queue);
+7 the scores table (``we0_scores``, ``batch.score``).
 """
 
 from __future__ import annotations
@@ -162,6 +163,8 @@ def upgrade(version: int, dialect: str) -> list[str]:
         out.append("DROP INDEX IF EXISTS ix_we0_batch_items_claim")
         out.append(str(CreateIndex(_index(S.batch_items, "ix_we0_batch_items_next"), if_not_exists=True)
                        .compile(dialect=d)))
+    if version < 7:  # 6 → 7: the scores table
+        out.append(str(CreateTable(S.scores, if_not_exists=True).compile(dialect=d)))
     return out
 
 

@@ -57,6 +57,8 @@ from .inline import InlineSqlite
 from .lease import SqlLeases
 from .pg import NATIVE_OPTIONS, PgConnections
 from .records import build_messages, gc_paused, session_from_row
+from ..scores import ScoreRecord, ScoreStore
+from .scores import SqlScores
 from .statements import message_row, part_row, session_row
 
 __all__ = ["SqlPersistence"]
@@ -64,7 +66,7 @@ __all__ = ["SqlPersistence"]
 log = logging.getLogger("we0nb.persistence.sql")
 
 
-class SqlPersistence(Persistence, BatchQueue, ColumnReads):
+class SqlPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
     """Sessions, messages and parts in SQL: ``SqlPersistence("sqlite:///we0.db")``.
 
     ``url_or_engine``: a SQLAlchemy URL (``sqlite:///file.db``, ``postgresql://user@host/db``;
@@ -121,6 +123,7 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads):
         renew = float(lease_renew if lease_renew is not None else lease_ttl / 3.0)
         self._leases = SqlLeases(self, self._db, float(lease_ttl), renew)
         self._batches = SqlBatchQueue(self._db)
+        self._scores = SqlScores(self._db)
 
     # ------------------------------------------------------------------ public helpers
 
@@ -312,3 +315,11 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads):
 
     async def batch_costs(self, name: str) -> list[ItemCost]:
         return await self._batches.batch_costs(name)
+
+    # ------------------------------------------------------------------ scores (we0nb.persistence.scores)
+
+    async def write_scores(self, scores: Sequence[ScoreRecord]) -> None:
+        await self._scores.write_scores(scores)
+
+    async def read_scores(self, batch: str, scorer: Optional[str] = None) -> list[ScoreRecord]:
+        return await self._scores.read_scores(batch, scorer)
