@@ -266,7 +266,8 @@ async def test_schema_version_2_is_upgraded_in_place_and_takes_long_session_ids(
     q = make()
     assert [s.id for s in await q.list_sessions()] == ["s"]  # opens and upgrades
     assert raw("SELECT value FROM we0_meta WHERE key = 'schema_version'") == [(str(S.SCHEMA_VERSION),)]
-    assert S.SCHEMA_VERSION == 6  # (4: the batch tables; 5: PostgreSQL's static part trigger; 6: the claim index)
+    assert S.SCHEMA_VERSION == 7  # (4: the batch tables; 5: PostgreSQL's static part trigger; 6: the claim index;
+    #                                7: the scores table)
     assert len((await q.load_recent("s")).earlier) == 1  # the views of version 2 are still used
     await _assert_long_session_ids_work(q, raw, name)
     await q.close()

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..batch.score import scores_frame
 from ..persistence.scores import ScoreRecord
-from .batch_frames import _items, _read
+from .batch_frames import _infos, _items, _read
 from .plots import _new_axes, _themed
 
 __all__ = ["scores_df", "experiments_df", "plot_experiments", "EXPERIMENT_COLUMNS", "bootstrap_ci"]
@@ -35,8 +35,14 @@ def scores_df(source: Any, batch: str) -> pd.DataFrame:
     """One row per item and scorer of batch ``batch``: ``item``, ``session_id``, ``scorer``,
     ``value``, ``passed`` (nullable boolean), ``reason``, ``judge_session_id``. ValueError when the
     store has no such batch."""
-    _items(source, batch)  # (ValueError naming the known batches)
-    return scores_frame(_scores(source, batch))
+    if not isinstance(batch, str):
+        raise TypeError(f"scores_df(source, batch=...): expected a batch name, got {type(batch).__name__}.")
+    got = _scores(source, batch)
+    if not got:
+        known = [i.name for i in _infos(source)]
+        if batch not in known:
+            _items(source, batch)  # (ValueError naming the known batches)
+    return scores_frame(got)
 
 
 def bootstrap_ci(values: Sequence[float], *, level: float = 0.95, resamples: int = RESAMPLES,
