@@ -192,10 +192,10 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
         ops: list[Op] = [(q.UPSERT_SESSION, [session_row(session)])] if session is not None else []
         for message, parts, view in writes:
             if parts:
-                ops.append((q.UPSERT_PART, [part_row(p) for p in parts]))
+                _add(ops, q.UPSERT_PART, [part_row(p) for p in parts])
             if message is not None:
                 # after the parts: writing a part drops its message's view (a trigger)
-                ops.append((q.UPSERT_MESSAGE, [message_row(message, view)]))
+                _add(ops, q.UPSERT_MESSAGE, [message_row(message, view)])
         if lease is None:
             if ops:
                 await self._db.commit(ops, None, crowded=False)
@@ -323,3 +323,12 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
 
     async def read_scores(self, batch: str, scorer: Optional[str] = None) -> list[ScoreRecord]:
         return await self._scores.read_scores(batch, scorer)
+
+
+def _add(ops: list[Op], stmt: Any, rows: list[Any]) -> None:
+    """Append ``rows`` of ``stmt`` to ``ops``: to the last op when it is the same statement (one
+    ``executemany`` for a run of writes of one kind, e.g. a fork's messages; the order is kept)."""
+    if ops and ops[-1][0] is stmt:
+        ops[-1][1].extend(rows)
+    else:
+        ops.append((stmt, rows))
