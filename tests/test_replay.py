@@ -140,3 +140,25 @@ def test_a_longer_history_than_recorded_is_a_mismatch(store):
             await agent.invoke(session_id="ses_long", messages=[user_message("write f then read it")])
 
     run(go())
+
+
+def test_recorded_tools_serve_outputs_without_executing(store):
+    async def go():
+        await _record(store)
+        log = Log()
+        replay = ReplayModel(store, "ses_rec")
+        agent = We0Agent(replay, tools=replay.recorded_tools(make_tools(log)), persistence=store)
+        r = await agent.invoke(session_id="ses_rt", messages=[user_message("write f then read it")])
+        assert r.text == "All done." and log.calls == []  # no tool body ran
+        outs = [p.state.output for m in (await agent.transcript("ses_rt")).messages for p in m.tool_parts]
+        assert outs == ["wrote f", "content of f"]
+        # a call the recording lacks fails clearly (the model sees the error)
+        other = ReplayModel(store, "ses_rec", strict=False)
+        bad = We0Agent(ScriptedModel([[tool_call("write", {"path": "z"}, call_id="call_new")], [text("ok")]]),
+                       tools=other.recorded_tools(make_tools(log)), persistence=store)
+        await bad.invoke(session_id="ses_bad", messages=[user_message("x")])
+        part = (await bad.transcript("ses_bad")).messages[1].tool_parts[0]
+        assert part.state.status == "error" and "has no call 'call_new' of tool 'write'" in part.state.error
+        assert log.calls == []
+
+    run(go())

@@ -63,6 +63,8 @@ class ReplayModel(Model):
         self.step = 0
         self.requests: list[ModelRequest] = []
         self._steps: Optional[list[RecordedStep]] = None
+        #: call id → (tool, output, error) of the recorded calls (see :meth:`recorded_tools`)
+        self._results: dict[str, tuple[str, Optional[str], Optional[str]]] = {}
         self.model_id = "replay"
         _persistence(source)  # (a bad source fails here, at once)
 
@@ -74,6 +76,39 @@ class ReplayModel(Model):
     def rewind(self) -> None:
         """Serve the recording again from its first step."""
         self.step = 0
+
+    def recorded_tools(self, tools: Sequence[Any]) -> list[Any]:
+        """``tools`` served from the recording instead of executing: each call returns what the
+        recorded call with the same call id returned (the replayed steps carry the recorded call
+        ids), or fails with the recorded error. Nothing they stand for runs — a replay of an agent
+        whose tools have side effects (an order, an e-mail) or need a network. A call the recording
+        does not have fails with a clear error (the model sees it). Schemas and policies are the
+        tools' own, so the requests are the recorded run's."""
+        from dataclasses import replace
+
+        from ..tools import ToolDefinition, tool as make_tool
+
+        out = []
+        for t in tools:
+            d = t if isinstance(t, ToolDefinition) else make_tool(t)
+            out.append(replace(d, function=self._served(d.name), is_async=True, context_param="_we0nb_ctx"))
+        return out
+
+    def _served(self, name: str) -> Any:
+        from ..tools import ToolError
+
+        async def served(_we0nb_ctx: Any, **kwargs: Any) -> Any:
+            await self.prepare()
+            got = self._results.get(_we0nb_ctx.call_id)
+            if got is None or got[0] != name:
+                raise ToolError(f"ReplayModel: the recording of session {self.session_id!r} has no call "
+                                f"{_we0nb_ctx.call_id!r} of tool {name!r} to serve.")
+            _, output, error = got
+            if error is not None:
+                raise ToolError(error)
+            return output
+
+        return served
 
     async def prepare(self) -> None:
         if self._steps is not None:
@@ -87,7 +122,10 @@ class ReplayModel(Model):
         if transcript.session is None:
             raise ValueError(f"ReplayModel: the source has no session {self.session_id!r}; pass a session id "
                              "recorded in that store (see sessions_df(source)).")
-        self._steps = load_steps(visible_messages(transcript.session, transcript.messages))
+        visible = visible_messages(transcript.session, transcript.messages)
+        self._steps = load_steps(visible)
+        self._results = {p.call_id: (p.tool, getattr(p.state, "output", None), getattr(p.state, "error", None))
+                         for m in visible for p in m.tool_parts if p.state.status in ("completed", "error")}
         models = {s for m in transcript.messages if isinstance(m.info, AssistantMessage)
                   for s in [m.info.model_id] if s}
         self.model_id = "replay:" + ",".join(sorted(models)) if models else "replay"
