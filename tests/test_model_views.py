@@ -245,7 +245,8 @@ async def _assert_long_session_ids_work(p: SqlPersistence, raw, name: str) -> No
         widths = raw("SELECT table_name, column_name, character_maximum_length FROM information_schema.columns "
                      "WHERE table_schema = current_schema() AND (column_name = 'session_id' OR "
                      "(table_name = 'we0_sessions' AND column_name = 'id'))")
-        every = [*_SESSION_ID_COLUMNS, ("we0_batch_items", "session_id")]  # (schema 4: the batch items too)
+        # (schema 4: the batch items too; 7: the scores)
+        every = [*_SESSION_ID_COLUMNS, ("we0_batch_items", "session_id"), ("we0_scores", "session_id")]
         assert sorted(widths) == sorted((t, c, S.SESSION_ID_MAX) for t, c in every)
     long_id = "s" * S.SESSION_ID_MAX
     agent = We0Agent(ScriptedModel([[text("long")]]), persistence=p)
