@@ -162,3 +162,12 @@ def test_recorded_tools_serve_outputs_without_executing(store):
         assert log.calls == []
 
     run(go())
+
+
+def test_a_url_without_a_database_is_refused_and_not_created(tmp_path):
+    missing = tmp_path / "nothing.db"
+    with pytest.raises(ValueError, match="there is no database at"):
+        ReplayModel(f"sqlite:///{missing}", "ses_a")
+    assert not missing.exists()
+    with pytest.raises(ValueError, match="is not a database URL"):
+        ReplayModel("not a url", "ses_a")

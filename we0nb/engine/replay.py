@@ -63,6 +63,8 @@ class ReplayModel(Model):
         self.step = 0
         self.requests: list[ModelRequest] = []
         self._steps: Optional[list[RecordedStep]] = None
+        if isinstance(source, str):
+            _check_url(source)
         #: call id → (tool, output, error) of the recorded calls (see :meth:`recorded_tools`)
         self._results: dict[str, tuple[str, Optional[str], Optional[str]]] = {}
         self.model_id = "replay"
@@ -161,6 +163,24 @@ def _persistence(source: Any) -> tuple[Persistence, bool]:
         return SqlPersistence(source), True
     raise TypeError("ReplayModel(source): expected an agent, a persistence or a database URL, got "
                     f"{type(source).__name__}.")
+
+
+def _check_url(url: str) -> None:
+    """A database URL must name an existing database (a replay never creates one)."""
+    import os
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ValueError(f"ReplayModel(source): {url!r} is not a database URL; pass an agent, a persistence or a "
+                         "URL such as 'sqlite:///recording.db'.") from None
+    path = parsed.database
+    if parsed.get_backend_name() == "sqlite" and path not in (None, "", ":memory:") and not os.path.exists(path):
+        raise ValueError(f"ReplayModel(source): there is no database at {path!r}; pass the URL of the recording "
+                         "(e.g. 'sqlite:///notebooks/data/local-recording.db').")
 
 
 def load_steps(messages: Sequence[MessageWithParts]) -> list[RecordedStep]:
