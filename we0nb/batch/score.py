@@ -214,14 +214,7 @@ def expected_values(expected: Expected, n: int) -> list[Any]:
 async def score_batch(batch: Any, scorers: Any, *, expected: Expected = None, concurrency: int = 8,
                       progress: bool = True) -> ScoreResult:
     """``batch.score(...)``: see :meth:`we0nb.BatchResult.score`."""
-    if isinstance(scorers, (Scorer,)) or callable(scorers) and not isinstance(scorers, (list, tuple)):
-        scorers = [scorers]
-    if not isinstance(scorers, (list, tuple)) or not scorers:
-        raise TypeError("batch.score(scorers): expected a non-empty list of scorers (functions, scorer(...), "
-                        "judge(...)).")
-    chosen = {}
-    for s in map(as_scorer, scorers):
-        chosen.setdefault(s.name, s)  # (a scorer is its name)
+    chosen = _scorers(scorers)
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ValueError("batch.score(concurrency=...): expected an integer >= 1.")
     if batch.agent is None:
@@ -231,22 +224,39 @@ async def score_batch(batch: Any, scorers: Any, *, expected: Expected = None, co
     scores = score_store(store)
     values = expected_values(expected, len(batch.items))
     done = {(r.item, r.scorer) for r in await scores.read_scores(batch.name)}
-    todo = [(it, s) for it in batch.items if it.status in SCORED for s in chosen.values()
-            if (it.item, s.name) not in done]
-    result = ScoreResult(batch.name, skipped=sum(1 for it in batch.items if it.status in SCORED
-                                                 for s in chosen.values() if (it.item, s.name) in done),
-                         source=batch.agent)
-    if not todo:
-        return result
-    context = ScoringContext(store, batch.name)
-    bar = _bar(f"{batch.name} (scoring)", len(todo)) if progress else None
+    pairs = [(it, s) for it in batch.items if it.status in SCORED for s in chosen]
+    todo = [(it, s) for it, s in pairs if (it.item, s.name) not in done]
+    result = ScoreResult(batch.name, skipped=len(pairs) - len(todo), source=batch.agent)
+    if todo:
+        await _score(todo, values, ScoringContext(store, batch.name), result, concurrency, progress)
+        await scores.write_scores(result.scored)
+    return result
+
+
+def _scorers(scorers: Any) -> list[Scorer]:
+    """The scorers, each once (a scorer is its name: the first of a name is used)."""
+    if isinstance(scorers, Scorer) or callable(scorers) and not isinstance(scorers, (list, tuple)):
+        scorers = [scorers]
+    if not isinstance(scorers, (list, tuple)) or not scorers:
+        raise TypeError("batch.score(scorers): expected a non-empty list of scorers (functions, scorer(...), "
+                        "judge(...)).")
+    chosen: dict[str, Scorer] = {}
+    for s in map(as_scorer, scorers):
+        chosen.setdefault(s.name, s)
+    return list(chosen.values())
+
+
+async def _score(todo: list[tuple[Any, Scorer]], values: list[Any], context: ScoringContext, result: ScoreResult,
+                 concurrency: int, progress: bool) -> None:
+    """Decide every (item, scorer) of ``todo``, ``concurrency`` at a time, into ``result``."""
+    bar = _bar(f"{context.batch} (scoring)", len(todo)) if progress else None
     gate = asyncio.Semaphore(concurrency)
-    cases: dict[int, Any] = {}
+    cases: dict[int, "asyncio.Future[Case]"] = {}
 
     async def one(it: Any, s: Scorer) -> None:
         async with gate:
             if it.item not in cases:
-                cases[it.item] = asyncio.ensure_future(_case(store, it, values[it.item]))
+                cases[it.item] = asyncio.ensure_future(_case(context.store, it, values[it.item]))
             case = await cases[it.item]
             try:
                 got, judge_sid = await s.decide(case, context)
@@ -254,12 +264,12 @@ async def score_batch(batch: Any, scorers: Any, *, expected: Expected = None, co
                 result.errors.append(ScoreError(it.item, s.name, f"{type(e).__name__}: {e}"))
             else:
                 sc = to_score(got, s.name)
-                result.scored.append(ScoreRecord(batch.name, it.item, s.name, it.session_id, sc.value, sc.passed,
+                result.scored.append(ScoreRecord(context.batch, it.item, s.name, it.session_id, sc.value, sc.passed,
                                                  sc.reason, judge_sid, now()))
             if bar is not None:
                 bar.update(1)
 
-    tasks = [asyncio.ensure_future(one(it, s)) for it, s in todo]
+    tasks: list["asyncio.Future[None]"] = [asyncio.ensure_future(one(it, s)) for it, s in todo]
     try:
         await _all(tasks)
     finally:
@@ -267,8 +277,6 @@ async def score_batch(batch: Any, scorers: Any, *, expected: Expected = None, co
             bar.close()
     result.scored.sort(key=lambda r: (r.item, r.scorer))
     result.errors.sort(key=lambda e: (e.item, e.scorer))
-    await scores.write_scores(result.scored)
-    return result
 
 
 async def _all(tasks: list["asyncio.Future[None]"]) -> None:
