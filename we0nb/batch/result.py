@@ -12,7 +12,6 @@ pandas is imported only when a frame is asked for.
 from __future__ import annotations
 
 import html
-import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 

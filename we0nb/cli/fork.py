@@ -14,7 +14,7 @@ from typing import Any
 from ..engine.fork import fork_session
 from ..engine.request import check_session_id
 from ._common import CliError, CtrlC, hint, say
-from ._db import normalize_db, open_store, safe_url
+from ._db import normalize_db, open_store
 
 __all__ = ["add_parsers", "cmd_fork"]
 
