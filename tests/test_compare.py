@@ -50,4 +50,18 @@ def test_compare_view_escapes_and_highlights(store):
     assert "answer &lt;b&gt;A&lt;/b&gt;" in page and "<b>A</b>" not in page
     assert "we0-cmp-diff" in page  # ses_b's step 1 differs from ses_a's
     plain = repr(view)
-    assert "* step 1 ses_b: answer B" in plain and "step 1 ses_a:  [lookup]" in plain
+    assert "* step 1 ses_b: answer B" in plain and 'step 1 ses_a:  [lookup({"q":"x"})]' in plain
+
+
+def test_compare_highlights_other_tool_arguments(store):
+    def agent(q):
+        return We0Agent(ScriptedModel([[tool_call("lookup", {"q": q})], [text("same")]]), tools=[lookup],
+                        persistence=store)
+
+    async def go():
+        await agent("x").invoke(session_id="ses_x", messages=[user_message("q")])
+        await agent("y").invoke(session_id="ses_y", messages=[user_message("q")])
+
+    asyncio.run(go())
+    plain = repr(we0nb.compare(store, ["ses_x", "ses_y"]))
+    assert '* step 1 ses_y:  [lookup({"q":"y"})]' in plain and "* step 2" not in plain

@@ -8,7 +8,7 @@ A step is one model call: an assistant message, numbered from 1 within its sessi
 from __future__ import annotations
 
 import html
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import pandas as pd
 
@@ -77,18 +77,22 @@ class Comparison:
     """Two or more sessions side by side (one column each, one row per step); a cell that differs
     from the first session's same step is highlighted. Every text is escaped."""
 
-    def __init__(self, frame: pd.DataFrame, session_ids: list[str]):
+    def __init__(self, frame: pd.DataFrame, session_ids: list[str], calls: Optional[dict[str, list[str]]] = None):
         self.df = frame
         self.session_ids = session_ids
+        #: message id → its calls as ``tool(input JSON)``, in order (compared and shown)
+        self.calls = calls or {}
 
     def _cells(self) -> tuple[int, dict[tuple[str, int], Any]]:
         cells = {(r.session_id, int(r.step)): r for r in self.df.itertuples(index=False)}
         steps = int(self.df["step"].max()) if len(self.df) else 0
         return steps, cells
 
-    @staticmethod
-    def _key(r: Any) -> tuple[Any, ...]:
-        return (r.text, tuple(r.tool_calls))
+    def _key(self, r: Any) -> tuple[Any, ...]:
+        return (r.text, tuple(self._calls(r)))
+
+    def _calls(self, r: Any) -> list[str]:
+        return self.calls.get(r.message_id) or list(r.tool_calls)
 
     def _repr_html_(self) -> str:
         steps, cells = self._cells()
@@ -104,7 +108,7 @@ class Comparison:
                     continue
                 differs = first is None or self._key(r) != self._key(first)
                 style = ' style="background:#fff3c4"' if differs and s != self.session_ids[0] else ""
-                tools = ", ".join(r.tool_calls)
+                tools = ", ".join(self._calls(r))
                 cost = "" if pd.isna(r.cost) else f" · ${r.cost:.6f}"
                 tok = f"{_num(r.input_tokens)} in / {_num(r.output_tokens)} out"
                 tds.append(f'<td{style} class="we0-cmp{" we0-cmp-diff" if style else ""}">'
@@ -125,7 +129,8 @@ class Comparison:
                 if r is None:
                     continue
                 mark = "*" if first is not None and s != self.session_ids[0] and self._key(r) != self._key(first) else " "
-                tools = f" [{', '.join(r.tool_calls)}]" if r.tool_calls else ""
+                calls = self._calls(r)
+                tools = f" [{', '.join(calls)}]" if calls else ""
                 lines.append(f"{mark} step {k} {s}: {_short(str(r.text))}{tools}")
         return "\n".join(lines)
 
@@ -143,7 +148,16 @@ def _short(s: str, n: int = 60) -> str:
 
 
 def compare(source: Any, session_ids: Any) -> Comparison:
-    """Show sessions side by side in a notebook: text, tool calls, tokens and cost per step, the
-    cells that differ from the first session highlighted (the data: ``.df``, :func:`compare_df`)."""
+    """Show sessions side by side in a notebook: text, tool calls (with their arguments), tokens and
+    cost per step, the cells that differ from the first session highlighted (the data: ``.df``,
+    :func:`compare_df`)."""
     ids = _ids(session_ids)
-    return Comparison(compare_df(source, ids), ids)
+    frame = compare_df(source, ids)
+    calls: dict[str, list[str]] = {}
+    if frame["tool_calls"].map(len).any():
+        from .frames import tool_calls_df
+
+        tc = tool_calls_df(source, ids).sort_values(["message_id", "part_id"])
+        for mid, tool, inp in zip(tc["message_id"], tc["tool"], tc["input"]):
+            calls.setdefault(str(mid), []).append(f"{tool}({inp})")
+    return Comparison(frame, ids, calls)
