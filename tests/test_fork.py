@@ -154,3 +154,12 @@ def test_sessions_df_shows_lineage(store):
     assert df.loc["ses_l2", "forked_from"] == "ses_l"
     assert df.loc["ses_l2", "forked_at"].startswith("msg_")
     assert df["forked_from"].isna()["ses_l"]
+
+
+def test_new_ids_in_bulk_sort_between_single_ids():
+    from we0nb._ids import id_time, new_id, new_ids
+
+    ids = [new_id("a"), *new_ids(["msg", "prt", "prt"]), new_id("b")]
+    times = [id_time(i) for i in ids]
+    assert times == sorted(times) and len(set(times)) == len(times)
+    assert [i.split("_")[0] for i in ids[1:4]] == ["msg", "prt", "prt"] and new_ids([]) == []

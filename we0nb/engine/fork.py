@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .._ids import IdSequence, new_id, now
+from .._ids import new_id, new_ids, now
 from ..messages import (UNFINISHED_MESSAGE, UNFINISHED_REASON, AssistantMessage, MessageError, MessageTime,
                         MessageWithParts, Part, Session, SessionTime, ToolPart, snapshot)
 from ..models.view import dump_view
@@ -88,20 +88,20 @@ def _copy(messages: list[MessageWithParts], target: str, views: bool) -> list[Wr
 
     Every part first (one write), then the messages with their model views: a store writes each
     kind in one go, and a part written after its message would drop the message's view."""
-    ids = IdSequence()
+    names = iter(new_ids([k for m in messages for k in ("msg", *("prt",) * len(m.parts))]))
     renamed: dict[str, str] = {}
     infos: list[Write] = []
     parts: list[Part] = []
     for m in messages:
         closed = _closed(m) if m.info.role == "assistant" else m
-        mid = ids("msg")
+        mid = next(names)
         renamed[m.info.id] = mid
         update: dict[str, Any] = {"id": mid, "session_id": target}
         parent = getattr(closed.info, "parent_id", None)
         if parent is not None:
             update["parent_id"] = renamed.get(parent, parent)
         info = _with(closed.info, update)
-        own: list[Part] = [_with(_keyed(p), {"id": ids("prt"), "session_id": target, "message_id": mid})
+        own: list[Part] = [_with(_keyed(p), {"id": next(names), "session_id": target, "message_id": mid})
                            for p in closed.parts]
         parts.extend(own)
         view = dump_view(convert(MessageWithParts.model_construct(info=info, parts=own))) if views else None
