@@ -163,3 +163,27 @@ def test_new_ids_in_bulk_sort_between_single_ids():
     times = [id_time(i) for i in ids]
     assert times == sorted(times) and len(set(times)) == len(times)
     assert [i.split("_")[0] for i in ids[1:4]] == ["msg", "prt", "prt"] and new_ids([]) == []
+
+
+def test_fork_of_a_session_awaiting_approval_interrupts_the_awaiting_call(store):
+    from we0nb.messages import ToolApproval
+
+    log = Log()
+    agent = _agent(store, log)
+
+    async def go():
+        ids = await seed(store, "ses_wait", [("write", state("pending"))], completed=True)
+        tr = await agent.transcript("ses_wait")
+        part = tr.messages[-1].tool_parts[0]
+        waiting = part.model_copy(update={"approval": "requested", "approval_detail": ToolApproval(requested=1.0)})
+        from sql_support import put
+        await put(store, None, waiting)
+        assert (await agent.pending_approvals("ses_wait"))
+        fid = await agent.fork("ses_wait")
+        call = (await agent.transcript(fid)).messages[-1].tool_parts[0]
+        assert call.interrupt_reason == "fork" and call.state.metadata["in_doubt"] is False
+        assert await agent.pending_approvals(fid) == [] and log.calls == []
+        assert (await agent.pending_approvals("ses_wait"))  # the source still waits for its decision
+        assert ids
+
+    run(go())
