@@ -39,7 +39,7 @@ def test_scores_written_by_one_process_are_skipped_by_the_next(tmp_path):
     assert len(df) == 10 and df["passed"].all()
 
 
-def test_a_schema_6_database_gains_the_scores_table(tmp_path):
+def test_a_database_of_the_previous_schema_gains_the_scores_table(tmp_path):
     db = tmp_path / "v6.db"
 
     async def make() -> None:
@@ -50,7 +50,7 @@ def test_a_schema_6_database_gains_the_scores_table(tmp_path):
     asyncio.run(make())
     conn = sqlite3.connect(db)
     conn.execute("DROP TABLE we0_scores")
-    conn.execute("UPDATE we0_meta SET value = '6' WHERE key = 'schema_version'")
+    conn.execute("UPDATE we0_meta SET value = ? WHERE key = 'schema_version'", (str(S.SCHEMA_VERSION - 1),))
     conn.commit()
     conn.close()
 

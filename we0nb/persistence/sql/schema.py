@@ -163,7 +163,7 @@ def upgrade(version: int, dialect: str) -> list[str]:
         out.append("DROP INDEX IF EXISTS ix_we0_batch_items_claim")
         out.append(str(CreateIndex(_index(S.batch_items, "ix_we0_batch_items_next"), if_not_exists=True)
                        .compile(dialect=d)))
-    if version < 7:  # 6 → 7: the scores table
+    if version < S.SCHEMA_VERSION:  # → 7: the scores table (IF NOT EXISTS: whatever the version it came in)
         out.append(str(CreateTable(S.scores, if_not_exists=True).compile(dialect=d)))
     return out
 
