@@ -187,3 +187,18 @@ def test_fork_of_a_session_awaiting_approval_interrupts_the_awaiting_call(store)
         assert ids
 
     run(go())
+
+
+def test_tool_calls_df_shows_the_fork_reason(store):
+    from we0nb import tool_calls_df
+
+    agent = _agent(store, Log())
+
+    async def go():
+        await seed(store, "ses_df", [("write", state("running")), ("rm", state("pending"))])
+        return await agent.fork("ses_df", new_session_id="ses_df_fork")
+
+    run(go())
+    calls = tool_calls_df(store, "ses_df_fork")
+    assert list(calls["interrupt_reason"].astype(str)) == ["fork", "fork"]
+    assert "fork" in list(calls["interrupt_reason"].cat.categories)

@@ -321,7 +321,7 @@ class ToolPart(_PartBase):
 
     @property
     def interrupt_reason(self) -> Optional[str]:
-        """Why it was interrupted: ``"resume"``, ``"prompt"`` or ``"blocked"`` (None if it was not)."""
+        """Why it was interrupted: ``"resume"``, ``"prompt"``, ``"blocked"`` or ``"fork"`` (None if it was not)."""
         if not self.interrupted:
             return None
         reason = self.state.metadata.get("reason")  # type: ignore[union-attr]

@@ -349,7 +349,7 @@ def tool_calls_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = No
     ``"keep"`` — it finished in its own run and its result was kept; ``"recall"`` — a
     resume ran it again (``recalled``: a read-only call that had not finished);
     ``"interrupt"`` — it was stopped without a result and never run again
-    (``interrupted``; ``interrupt_reason`` is ``"resume"``, ``"prompt"`` or ``"blocked"``;
+    (``interrupted``; ``interrupt_reason`` is ``"resume"``, ``"prompt"``, ``"blocked"`` or ``"fork"``;
     ``error`` holds the note). It is NA while the call is unfinished (pending, running).
     ``order`` counts the calls of each session from 1.
     """
