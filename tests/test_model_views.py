@@ -245,7 +245,8 @@ async def _assert_long_session_ids_work(p: SqlPersistence, raw, name: str) -> No
         widths = raw("SELECT table_name, column_name, character_maximum_length FROM information_schema.columns "
                      "WHERE table_schema = current_schema() AND (column_name = 'session_id' OR "
                      "(table_name = 'we0_sessions' AND column_name = 'id'))")
-        every = [*_SESSION_ID_COLUMNS, ("we0_batch_items", "session_id")]  # (schema 4: the batch items too)
+        # (schema 4: the batch items too; 7: the scores)
+        every = [*_SESSION_ID_COLUMNS, ("we0_batch_items", "session_id"), ("we0_scores", "session_id")]
         assert sorted(widths) == sorted((t, c, S.SESSION_ID_MAX) for t, c in every)
     long_id = "s" * S.SESSION_ID_MAX
     agent = We0Agent(ScriptedModel([[text("long")]]), persistence=p)
@@ -266,8 +267,8 @@ async def test_schema_version_2_is_upgraded_in_place_and_takes_long_session_ids(
     q = make()
     assert [s.id for s in await q.list_sessions()] == ["s"]  # opens and upgrades
     assert raw("SELECT value FROM we0_meta WHERE key = 'schema_version'") == [(str(S.SCHEMA_VERSION),)]
-    assert S.SCHEMA_VERSION == 7  # (4: the batch tables; 5: PostgreSQL's static part trigger; 6: the claim index;
-    # 7: the claim token)
+    assert S.SCHEMA_VERSION == 8  # (4: the batch tables; 5: PostgreSQL's static part trigger; 6: the claim index;
+    # 7: the claim token; 8: the scores table)
     assert len((await q.load_recent("s")).earlier) == 1  # the views of version 2 are still used
     await _assert_long_session_ids_work(q, raw, name)
     await q.close()

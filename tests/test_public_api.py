@@ -30,6 +30,8 @@ PUBLIC = {
     "show", "RunPanel", "sessions_df", "messages_df", "parts_df", "tool_calls_df", "session_summary",
     "expand_json", "plot_timeline", "plot_tools",
     "BatchResult", "batches_df", "batch_df",
+    "ReplayModel", "ReplayMismatchError", "compare_df", "compare", "Score", "scorer", "judge", "scores_df",
+    "experiments_df", "plot_experiments",
     "load_ipython_extension",
 }
 #: importable from the top because SPEC names them there, but not star-imported over a

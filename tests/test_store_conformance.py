@@ -43,8 +43,8 @@ async def test_store_conformance(backend: Backend, check: Check) -> None:
 
 def test_every_capability_has_checks_and_every_store_of_ours_has_every_capability() -> None:
     needs = {n for c in CHECKS for n in c.needs}
-    assert needs == {"sessions", "leases", "batches", "columns", "expire"}
-    assert Harness(MemoryPersistence).capabilities == {"sessions", "leases", "batches", "columns"}
+    assert needs == {"sessions", "leases", "batches", "columns", "scores", "expire"}
+    assert Harness(MemoryPersistence).capabilities == {"sessions", "leases", "batches", "columns", "scores"}
 
 
 async def test_validate_reports_every_check_of_a_conforming_store() -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any as _Any, Optional as _Optional
 from ._extras import MissingExtraError
 from ._lazy import lazy_names as _lazy_names
 from .engine import RunRequest, RunResult, We0Agent, plan_recovery, user_message
+from .engine.replay import ReplayModel
 from .engine.agent import use_batch_runner as _use_batch_runner
 from .engine.observe import use_run_observers as _use_run_observers
 from .engine.events import Event
@@ -30,6 +31,7 @@ from .errors import (
     ModelProviderError,
     OutputValidationError,
     PersistenceError,
+    ReplayMismatchError,
     SchemaVersionError,
     ScriptExhaustedError,
     SessionBusyError,
@@ -69,6 +71,10 @@ if TYPE_CHECKING:  # the lazy names, for IDEs and type checkers
     from .models.local import local_model
     from .models.openai import OpenAIChatModel
     from .notebook.batch_frames import batch_df, batches_df
+    from .batch.judge import judge
+    from .batch.score import Score, scorer
+    from .notebook.compare import compare, compare_df
+    from .notebook.score_frames import experiments_df, plot_experiments, scores_df
     from .notebook.frames import expand_json, messages_df, parts_df, session_summary, sessions_df, tool_calls_df
     from .notebook.live import show
     from .notebook.panel import RunPanel
@@ -96,19 +102,21 @@ __all__ = [
     "tool", "AnyToolDefinition", "ToolDefinition", "ToolPolicy", "ToolContext", "Reconciled", "ToolError",
     "ToolReturn",
     # models (the script builders text, tool_call, output… live in we0nb.testing)
-    "Model", "ModelRequest", "ScriptedModel", "FunctionModel", "OpenAIChatModel", "AnthropicModel", "local_model",
+    "Model", "ModelRequest", "ScriptedModel", "FunctionModel", "ReplayModel", "OpenAIChatModel", "AnthropicModel", "local_model",
     # the data model
     "Session", "UserMessage", "AssistantMessage", "MessageError", "Usage", "Transcript", "MessageWithParts",
     "Part", "TextPart", "ReasoningPart", "ToolPart", "StepStartPart", "StepFinishPart", "CompactionPart",
     "ToolState", "ToolStatePending", "ToolStateRunning", "ToolStateCompleted", "ToolStateError",
     # errors
     "We0Error", "SessionBusyError", "LeaseLostError", "MaxStepsExceeded", "ModelError", "OutputValidationError",
-    "ScriptExhaustedError", "PersistenceError", "CorruptRecordError", "SchemaVersionError",
+    "ScriptExhaustedError", "ReplayMismatchError", "PersistenceError", "CorruptRecordError", "SchemaVersionError",
     "ModelProviderError", "ModelAuthenticationError", "ContextWindowExceeded", "CompactionError",
     "MissingExtraError", "MCPServer", "MCPServerError",
     # the notebook: live view, panel, frames, plots
     "show", "RunPanel", "sessions_df", "messages_df", "parts_df", "tool_calls_df", "session_summary",
     "expand_json", "plot_timeline", "plot_tools",
+    # experiments: compare sessions, score batches
+    "compare_df", "compare", "Score", "scorer", "judge", "scores_df", "experiments_df", "plot_experiments",
     # batches
     "BatchResult", "batches_df", "batch_df",
     "load_ipython_extension",
@@ -131,6 +139,14 @@ _LAZY = {
     "expand_json": "we0nb.notebook.frames",
     "plot_timeline": "we0nb.notebook.plots",
     "plot_tools": "we0nb.notebook.plots",
+    "compare_df": "we0nb.notebook.compare",
+    "compare": "we0nb.notebook.compare",
+    "Score": "we0nb.batch.score",
+    "scorer": "we0nb.batch.score",
+    "judge": "we0nb.batch.judge",
+    "scores_df": "we0nb.notebook.score_frames",
+    "experiments_df": "we0nb.notebook.score_frames",
+    "plot_experiments": "we0nb.notebook.score_frames",
     "BatchResult": "we0nb.batch",
     "batches_df": "we0nb.notebook.batch_frames",
     "batch_df": "we0nb.notebook.batch_frames",

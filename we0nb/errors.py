@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "We0Error",
+    "ReplayMismatchError",
     "SessionBusyError",
     "LeaseLostError",
     "MaxStepsExceeded",
@@ -158,3 +159,14 @@ class CompactionError(We0Error):
 class MCPServerError(We0Error):
     """An MCP server could not be started or connected (its first connection: a run raises it
     before writing anything). Failures of a server during calls are tool errors instead."""
+
+
+class ReplayMismatchError(ModelError):
+    """A :class:`~we0nb.ReplayModel` call that the recording cannot answer: in strict mode the
+    history sent differs from what the recorded run sent at that step (the message names the
+    step, from 1, and shows a diff of the first difference), or the call is past the last
+    recorded step."""
+
+    def __init__(self, message: str, *, step: int):
+        super().__init__(message=message)
+        self.step = step

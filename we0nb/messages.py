@@ -110,6 +110,10 @@ class Session(_Model):
     title: str = ""
     time: SessionTime
     revert: Optional[SessionRevert] = None
+    #: the session this one was forked from (``agent.fork``), None for a session that is not a fork
+    forked_from: Optional[str] = None
+    #: the message of ``forked_from`` the fork was copied up to (None: its whole history)
+    forked_at: Optional[str] = None
 
 
 # --------------------------------------------------------------------------- messages
@@ -317,7 +321,7 @@ class ToolPart(_PartBase):
 
     @property
     def interrupt_reason(self) -> Optional[str]:
-        """Why it was interrupted: ``"resume"``, ``"prompt"`` or ``"blocked"`` (None if it was not)."""
+        """Why it was interrupted: ``"resume"``, ``"prompt"``, ``"blocked"`` or ``"fork"`` (None if it was not)."""
         if not self.interrupted:
             return None
         reason = self.state.metadata.get("reason")  # type: ignore[union-attr]

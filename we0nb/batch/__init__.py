@@ -72,7 +72,7 @@ async def _run(agent: Any, name: str, *, concurrency: int, abort: Optional[async
             relay.cancel()
         bar.close()
     return BatchResult(name=name, items=await store.batch_items(name), stopped=stopped,
-                       costs=await store.batch_costs(name))
+                       costs=await store.batch_costs(name), agent=agent)
 
 
 async def _relay(abort: asyncio.Event, stop: asyncio.Event) -> None:

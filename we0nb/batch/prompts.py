@@ -18,7 +18,7 @@ from .._text import clean
 from ..engine.request import UserInput, check_session_id
 from ..persistence.batches import NewItem
 
-__all__ = ["batch_items", "prompt_messages", "new_batch_name"]
+__all__ = ["batch_items", "prompt_messages", "new_batch_name", "prompt_text"]
 
 
 def new_batch_name() -> str:
@@ -87,3 +87,12 @@ def _session_ids(session_ids: Sequence[str], n: int) -> list[str]:
                              "each item needs a session of its own.")
         seen[s] = i
     return sids
+
+
+def prompt_text(prompt_json: str) -> str:
+    """A stored prompt as one string (its messages joined by blank lines)."""
+    try:
+        texts = json.loads(prompt_json)
+    except ValueError:
+        return prompt_json
+    return "\n\n".join(texts) if isinstance(texts, list) else str(texts)

@@ -12,26 +12,17 @@ pandas is imported only when a frame is asked for.
 from __future__ import annotations
 
 import html
-import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..models.pricing import format_cost
 from ..persistence.batches import BATCH_STATUSES, BatchItem, ItemCost
+from .prompts import prompt_text
 
 __all__ = ["BatchResult", "items_frame", "prompt_text", "FRAME_COLUMNS"]
 
 FRAME_COLUMNS = ("item", "session_id", "status", "prompt", "text", "output", "error", "steps", "tool_calls",
                  "input_tokens", "output_tokens", "cost", "attempts", "started", "finished", "duration")
-
-
-def prompt_text(prompt_json: str) -> str:
-    """A stored prompt as one string (its messages joined by blank lines)."""
-    try:
-        texts = json.loads(prompt_json)
-    except ValueError:
-        return prompt_json
-    return "\n\n".join(texts) if isinstance(texts, list) else str(texts)
 
 
 @dataclass
@@ -48,6 +39,8 @@ class BatchResult:
     items: list[BatchItem] = field(repr=False)
     stopped: Optional[str] = None
     costs: list[ItemCost] = field(default_factory=list, repr=False)
+    #: the agent that ran it (its store keeps the scores; ``score`` needs it)
+    agent: Any = field(default=None, repr=False, compare=False)
 
     @property
     def cost(self) -> Optional[float]:
@@ -83,6 +76,17 @@ class BatchResult:
     def df(self) -> Any:
         """The items as a pandas DataFrame (see the module docstring)."""
         return items_frame(self.items, self.costs)
+
+    async def score(self, scorers: Any, *, expected: Any = None, concurrency: int = 8, progress: bool = True) -> Any:
+        """Score the finished items (``stop``, ``compact``) with ``scorers`` — functions of a case
+        returning a bool, a float or a ``Score``, ``scorer(fn, name=...)``, ``judge(model, rubric)`` —
+        ``concurrency`` at a time; a ``ScoreResult``. ``expected`` (a list, a Series or a DataFrame
+        column, one value per item by position) is handed to the scorers as ``case.expected``.
+        Scores are persisted; scoring again with the same scorer skips what is scored (see
+        :mod:`we0nb.batch.score`, and ``scores_df`` / ``experiments_df``)."""
+        from .score import score_batch
+
+        return await score_batch(self, scorers, expected=expected, concurrency=concurrency, progress=progress)
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in self.counts.items())

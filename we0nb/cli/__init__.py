@@ -11,6 +11,7 @@
     we0nb approvals             # list the tool calls that await a decision
     we0nb approve SESSION CALL  # approve one (--input JSON: corrected arguments); deny: --reason TEXT
     we0nb batch ls              # list the batches (agent.batch) of the database; batch show NAME
+    we0nb fork SESSION          # copy a session (--at MESSAGE: up to a message) into a new one
     we0nb lab                   # open the tutorial notebooks in JupyterLab
 
 The commands that use a database take ``--db URL`` (a SQLAlchemy URL such as
@@ -29,7 +30,7 @@ import sys
 import traceback
 from typing import Any, Optional, Sequence
 
-from . import approvals, batch, browse, demo, lab
+from . import approvals, batch, browse, demo, fork, lab
 from ._common import EXIT_INTERRUPTED, CliError, CtrlC
 from ._db import DEFAULT_DB
 from .demo_agent import DEMO_PROMPT, demo_agent
@@ -49,7 +50,7 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     parser = argparse.ArgumentParser(
         prog="we0nb",
         description="we0nb: an asyncio agent engine whose resume never repeats a side effect.",
-        epilog="Start with `we0nb demo`. demo, resume, sessions, show, approvals, approve and deny take --db "
+        epilog="Start with `we0nb demo`. demo, resume, sessions, show, approvals, approve, deny and fork take --db "
                "URL; lab passes the options it does not know to jupyter lab. `we0nb COMMAND -h` describes each "
                "command.")
     from .. import __version__
@@ -58,7 +59,7 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     parser.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands: dict[str, argparse.ArgumentParser] = {}
-    for module in (demo, browse, approvals, batch, lab):
+    for module in (demo, browse, approvals, batch, fork, lab):
         commands.update(module.add_parsers(sub, db, common))
     return parser, commands
 

@@ -14,6 +14,7 @@ from ..persistence.base import Persistence
 from ..persistence.memory import MemoryPersistence
 from ..tools import AnyToolDefinition, ToolDefinition, tool as make_tool
 from . import approval as _approval
+from . import fork as _fork
 from . import revert as _revert
 from .output import prompted_instructions, resolve_output_mode
 from .events import Event
@@ -253,6 +254,20 @@ class We0Agent:
         with ``reason``, on ``mode="resume"``. Errors as for :meth:`approve`."""
         return await _approval.decide(self.persistence, self.tools_by_name, session_id, call_id,
                                       approve=False, reason=reason)
+
+    # ------------------------------------------------------------------ fork
+
+    async def fork(self, session_id: str, *, at: Optional[str] = None,
+                   new_session_id: Optional[str] = None) -> str:
+        """Copy ``session_id``'s visible history up to and including message ``at`` (None: all)
+        into a new session and return its id; nothing is executed and no model is called.
+
+        Unfinished calls end interrupted (reason ``"fork"``); ``mode="resume"`` on the fork then
+        runs its turn on, with this agent's (or any agent's) model and tools. The new session's
+        ``forked_from`` / ``forked_at`` record the lineage. ValueError, writing nothing, for an
+        unknown session, an ``at`` that is not a visible message, or an existing ``new_session_id``.
+        """
+        return await _fork.fork_session(self.persistence, session_id, at=at, new_session_id=new_session_id)
 
     # ------------------------------------------------------------------ revert
 

@@ -271,6 +271,7 @@ class Run:
         executor = ToolExecutor(state, output)
         compactor = Compactor(state)
         await state.refresh_tools()  # MCP servers connect here, before anything is written
+        await agent.model.prepare()  # (a model's own start-up, e.g. a replay's recording: before any write)
         session, created = await self._ensure_session()
         yield {"type": "start", "session_id": req.session_id, "mode": req.mode, "run_id": req.run_id}
         await self._load(session, created)

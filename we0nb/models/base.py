@@ -217,6 +217,9 @@ class Model(abc.ABC):
     context_window: Optional[int] = None
     #: the structured-output mode this model works with when the agent does not choose one
     output_mode: OutputMode = "tool"
+    #: whether the model can return structured output at all (a ``judge`` needs it); a model
+    #: that cannot (a plain completion endpoint without tools or JSON) sets it False
+    structured_output: bool = True
     # set through _set_pricing() from a model's provider= and price= keywords
     _provider: str = "we0nb"
     _price: Optional[ModelPrice] = None
@@ -255,6 +258,11 @@ class Model(abc.ABC):
                                  f"'openai' or 'anthropic', got {provider!r}.")
             self._provider = provider
         self._price = ModelPrice.of(price)
+
+    async def prepare(self) -> None:
+        """Called at the start of every run, before anything is written: a model that must load
+        something first (a replay's recording) does it here, so its errors leave no trace."""
+        return None
 
     @abc.abstractmethod
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:

@@ -44,6 +44,8 @@ SESSION_COLUMNS: dict[str, Any] = {
     "duration": ("td", "created", "updated"),
     "messages": "count",
     "revert_message_id": "str",
+    "forked_from": "str",
+    "forked_at": "str",
     "cost": "usd",
 }
 

@@ -172,7 +172,7 @@ def _messages_in(transcripts: dict, since: Optional[int], until: Optional[int]):
 def _port_sessions(p: Any, ids, since, until) -> dict[str, list]:
     sessions, transcripts = _load(p, ids)
     raw: dict[str, list] = {k: [] for k in ("session_id", "title", "created", "updated", "messages",
-                                            "revert_message_id", "cost")}
+                                            "revert_message_id", "forked_from", "forked_at", "cost")}
     for s in sessions:
         if not _in_window(s.time.created, since, until):
             continue
@@ -183,6 +183,8 @@ def _port_sessions(p: Any, ids, since, until) -> dict[str, list]:
         raw["updated"].append(s.time.updated)
         raw["messages"].append(len(messages))
         raw["revert_message_id"].append(s.revert.message_id if s.revert is not None else None)
+        raw["forked_from"].append(s.forked_from)
+        raw["forked_at"].append(s.forked_at)
         raw["cost"].append(_session_cost((m.info.cost for m in messages if m.info.role == "assistant")))
     return raw
 
@@ -347,7 +349,7 @@ def tool_calls_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = No
     ``"keep"`` — it finished in its own run and its result was kept; ``"recall"`` — a
     resume ran it again (``recalled``: a read-only call that had not finished);
     ``"interrupt"`` — it was stopped without a result and never run again
-    (``interrupted``; ``interrupt_reason`` is ``"resume"``, ``"prompt"`` or ``"blocked"``;
+    (``interrupted``; ``interrupt_reason`` is ``"resume"``, ``"prompt"``, ``"blocked"`` or ``"fork"``;
     ``error`` holds the note). It is NA while the call is unfinished (pending, running).
     ``order`` counts the calls of each session from 1.
     """

@@ -30,12 +30,13 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "role": ("user", "assistant"),
     "type": ("text", "reasoning", "tool", "step-start", "step-finish", "compaction"),
     "status": ("pending", "running", "completed", "error"),
-    "interrupt_reason": ("resume", "prompt", "blocked"),
+    "interrupt_reason": ("resume", "prompt", "blocked", "fork"),
     "approval": ("requested", "approved", "denied"),
 }
 
 #: the columns of each view, in the order a reader returns them
-SESSION_NAMES = ("session_id", "created", "updated", "messages", "revert_message_id", "title")
+SESSION_NAMES = ("session_id", "created", "updated", "messages", "revert_message_id", "title", "forked_from",
+                 "forked_at")
 MESSAGE_NAMES = ("session_id", "message_id", "role", "created", "completed", "parent_id", "model_id", "finish_reason",
                  "error_reason", "input_tokens", "output_tokens", "reasoning_tokens", "cached_tokens", "summary",
                  "error_message", "cost")

@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 
 from pydantic import TypeAdapter
 
+from .scores import ScoreRecord, ScoreStore
 from ..errors import SessionBusyError
 from ..messages import Message, MessageWithParts, Part, Session, Transcript
 from .base import Lease, Persistence, Write, lease_owner
@@ -34,7 +35,7 @@ class _Stored:
         self.parts: dict[str, bytes] = {}
 
 
-class MemoryPersistence(Persistence, BatchQueue, ColumnReads):
+class MemoryPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
     """Every capability of the port (:mod:`.base`) in this process's memory."""
 
     def __init__(self) -> None:
@@ -43,6 +44,7 @@ class MemoryPersistence(Persistence, BatchQueue, ColumnReads):
         self._leases: dict[str, str] = {}
         self._batches: dict[str, tuple[BatchInfo, list[BatchItem]]] = {}
         self._first_queued: dict[str, int] = {}  # per batch: no queued item before this index
+        self._scores: dict[tuple[str, int, str], ScoreRecord] = {}
 
     def __repr__(self) -> str:
         return f"MemoryPersistence(sessions={len(self._sessions)})"
@@ -68,8 +70,9 @@ class MemoryPersistence(Persistence, BatchQueue, ColumnReads):
         if lease is not None:
             self._check_lease_now(lease)
         messages, parts = _encode(writes)
+        written = {(m[0], m[1]) for m in messages} if parts else set()
         for sid, mid, pid, _ in parts:
-            if mid not in self._messages.get(sid, ()) and not any(m[1] == mid and m[0] == sid for m in messages):
+            if mid not in self._messages.get(sid, ()) and (sid, mid) not in written:
                 raise KeyError(f"Part {pid!r} refers to message {mid!r} of session {sid!r}, which was never "
                                "written; write the message first (in this commit or an earlier one).")
         if session is not None:
@@ -222,6 +225,14 @@ class MemoryPersistence(Persistence, BatchQueue, ColumnReads):
 
     async def list_batches(self, name: Optional[str] = None) -> list[BatchInfo]:
         return self._infos(name)
+
+    async def write_scores(self, scores: Sequence[ScoreRecord]) -> None:
+        for s in scores:
+            self._scores[(s.batch, s.item, s.scorer)] = s
+
+    async def read_scores(self, batch: str, scorer: Optional[str] = None) -> list[ScoreRecord]:
+        return [self._scores[k] for k in sorted(self._scores)
+                if k[0] == batch and (scorer is None or k[2] == scorer)]
 
     async def batch_costs(self, name: str) -> list[ItemCost]:
         return [transcript_cost(it.item, await self.load_transcript(it.session_id)) for it in self._rows(name)]

@@ -45,7 +45,8 @@ class TranscriptColumns(ColumnReader):
             s = tr.session
             if s is not None and _in_window(s.time.created, since, until):
                 revert = s.revert.message_id if s.revert is not None else None
-                rows.append((s.id, s.time.created, s.time.updated, len(tr.messages), revert, s.title))
+                rows.append((s.id, s.time.created, s.time.updated, len(tr.messages), revert, s.title,
+                             s.forked_from, s.forked_at))
         return _fetched(SESSION_NAMES, rows, convert)
 
     def messages(self, ids: Optional[Sequence[str]] = None, since: Optional[int] = None,

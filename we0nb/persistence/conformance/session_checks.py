@@ -40,6 +40,22 @@ async def sessions_round_trip(h: Harness) -> None:
 
 
 @sessions
+async def a_forks_lineage_round_trips(h: Harness) -> None:
+    """A fork's session (``agent.fork``) reads back with its ``forked_from`` and ``forked_at``, in
+    ``get_session``, ``list_sessions`` and a transcript; a session written in one commit with its
+    copied messages is whole."""
+    sid = new_id("ses")
+    forked = session(sid, "a fork").model_copy(update={"forked_from": "ses_source", "forked_at": "msg_source"})
+    u = user(sid, "copied")
+    await h.store.commit([(u[0], [u[1]], None)], session=forked)
+    q = h.fresh()
+    equal(await q.get_session(sid), forked, "a fork's session")
+    equal([s for s in await q.list_sessions() if s.id == sid], [forked], "a fork's session, listed")
+    tr = await q.load_transcript(sid)
+    equal((tr.session, [m.info for m in tr.messages]), (forked, [u[0]]), "a fork's transcript")
+
+
+@sessions
 async def transcript_round_trips_exactly_in_creation_order(h: Harness) -> None:
     """Every kind of part and tool state reads back equal, messages and parts in creation order."""
     sid = new_id("ses")

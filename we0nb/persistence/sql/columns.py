@@ -78,6 +78,11 @@ class _Query:
         return [n for n, _ in self.flat] + [d.name for d in self.docs]
 
 
+def _getter(key: str) -> Callable[[dict], Any]:
+    """A document member as a column's value (a string, or None)."""
+    return lambda d: d.get(key) if isinstance(d.get(key), str) else None
+
+
 class _DocumentError(Exception):
     """The database could not read a JSON document (the fast path): read them in Python."""
 
@@ -181,6 +186,12 @@ class SqlReader(ColumnReader):
 
         return self._records(lambda conn: read_costs(conn, name))
 
+    def scores(self, name: str) -> list[Any]:
+        """The scores of batch ``name`` (:class:`~we0nb.persistence.scores.ScoreRecord`), by item and scorer."""
+        from .scores import read_scores
+
+        return self._records(lambda conn: read_scores(conn, name))
+
     def _records(self, read: Callable[[Any], list[Any]]) -> list[Any]:
         with self._connection() as conn:
             try:
@@ -192,14 +203,17 @@ class SqlReader(ColumnReader):
 
     def sessions(self, ids: Optional[Sequence[str]] = None, since: Optional[int] = None,
                  until: Optional[int] = None, convert: Optional[Convert] = None) -> Fetched:
-        """session_id, title, created, updated, messages (count), revert_message_id."""
+        """session_id, title, created, updated, messages (count), revert_message_id, forked_from,
+        forked_at (the fork's lineage, members of the session's document)."""
         import sqlalchemy as sa
 
         s, m = T.sessions, T.messages
         count = sa.select(sa.func.count()).where(m.c.session_id == s.c.id).scalar_subquery()
         q = _Query(s, [("session_id", s.c.id), ("created", s.c.created), ("updated", s.c.updated),
                        ("messages", count), ("revert_message_id", s.c.revert_message_id)],
-                   [_Doc("title", s.c.title, lambda d: d.get("title"), False)], created=s.c.created)
+                   [_Doc("title", s.c.title, lambda d: d.get("title"), False),
+                    *(_Doc(k, _extract(self.dialect, s.c.data, (k,), False), _getter(k), True)
+                      for k in ("forked_from", "forked_at"))], created=s.c.created)
         return self._read(q, ids, since, until, convert)
 
     def messages(self, ids: Optional[Sequence[str]] = None, since: Optional[int] = None,

@@ -14,7 +14,8 @@ index; 3 session-id columns widened from 64 to :data:`~.tables.SESSION_ID_MAX` c
 4 the batch tables (``we0_batches``, ``we0_batch_items``); 5 PostgreSQL's part trigger runs a
 static statement (planned once per connection) instead of dynamic SQL planned at every row;
 6 the claim index in item order (a claim reads the next items instead of sorting the queue);
-7 the batch items' ``claim`` token (a claim whose answer was lost finds its own rows).
+7 the batch items' ``claim`` token (a claim whose answer was lost finds its own rows);
+8 the scores table (``we0_scores``, ``batch.score``).
 """
 
 from __future__ import annotations
@@ -166,6 +167,8 @@ def upgrade(version: int, dialect: str) -> list[str]:
     if 4 <= version < 7:  # 6 → 7: the claim token (4 created the table above, without it)
         exists = " IF NOT EXISTS" if dialect == "postgresql" else ""
         out.append(f"ALTER TABLE we0_batch_items ADD COLUMN{exists} claim VARCHAR(64)")
+    if version < 8:  # → 8: the scores table (IF NOT EXISTS: whatever the version it came in)
+        out.append(str(CreateTable(S.scores, if_not_exists=True).compile(dialect=d)))
     return out
 
 

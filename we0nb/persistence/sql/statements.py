@@ -91,6 +91,10 @@ BATCH_ITEMS = Stmt("batch_items")
 BATCH_COUNTS = Stmt("batch_counts")
 BATCH_COUNTS_ALL = Stmt("batch_counts_all")
 BATCH_COSTS = Stmt("batch_costs")
+# scores
+SCORE_UPSERT = Stmt("score_upsert")
+SCORE_LIST = Stmt("score_list")
+SCORE_LIST_BY = Stmt("score_list_by")
 
 
 # --------------------------------------------------------------------------- rows
@@ -199,6 +203,25 @@ def _constructs(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Optional[lis
         WRITE_PROBE: (_upsert(insert, meta, "key"), None),
         HAS_TABLE: (has_table, None),
         **_batch_constructs(insert, dialect),
+        **_score_constructs(insert),
+    }
+
+
+#: the score columns a read returns, in this order (:class:`~we0nb.persistence.scores.ScoreRecord`'s)
+SCORE_COLUMNS = ("batch", "item", "scorer", "session_id", "value", "passed", "reason", "judge_session_id", "created")
+
+
+def _score_constructs(insert: Any) -> dict[Stmt, tuple[Any, Optional[list[str]]]]:
+    T = S.scores
+    stmt = insert(T)
+    keys = ("batch", "item", "scorer")
+    upsert = stmt.on_conflict_do_update(index_elements=[T.c[k] for k in keys],
+                                        set_={c.name: stmt.excluded[c.name] for c in T.columns if c.name not in keys})
+    listing = select(*[T.c[n] for n in SCORE_COLUMNS]).where(T.c.batch == bindparam("b"))
+    return {
+        SCORE_UPSERT: (upsert, None),
+        SCORE_LIST: (listing.order_by(T.c.item, T.c.scorer), None),
+        SCORE_LIST_BY: (listing.where(T.c.scorer == bindparam("scorer")).order_by(T.c.item), None),
     }
 
 

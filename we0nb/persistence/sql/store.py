@@ -57,6 +57,8 @@ from .inline import InlineSqlite
 from .lease import SqlLeases
 from .pg import NATIVE_OPTIONS, PgConnections
 from .records import build_messages, gc_paused, session_from_row
+from ..scores import ScoreRecord, ScoreStore
+from .scores import SqlScores
 from .statements import message_row, part_row, session_row
 
 __all__ = ["SqlPersistence"]
@@ -64,7 +66,7 @@ __all__ = ["SqlPersistence"]
 log = logging.getLogger("we0nb.persistence.sql")
 
 
-class SqlPersistence(Persistence, BatchQueue, ColumnReads):
+class SqlPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
     """Sessions, messages and parts in SQL: ``SqlPersistence("sqlite:///we0.db")``.
 
     ``url_or_engine``: a SQLAlchemy URL (``sqlite:///file.db``, ``postgresql://user@host/db``;
@@ -121,6 +123,7 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads):
         renew = float(lease_renew if lease_renew is not None else lease_ttl / 3.0)
         self._leases = SqlLeases(self, self._db, float(lease_ttl), renew)
         self._batches = SqlBatchQueue(self._db)
+        self._scores = SqlScores(self._db)
 
     # ------------------------------------------------------------------ public helpers
 
@@ -189,10 +192,10 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads):
         ops: list[Op] = [(q.UPSERT_SESSION, [session_row(session)])] if session is not None else []
         for message, parts, view in writes:
             if parts:
-                ops.append((q.UPSERT_PART, [part_row(p) for p in parts]))
+                _add(ops, q.UPSERT_PART, [part_row(p) for p in parts])
             if message is not None:
                 # after the parts: writing a part drops its message's view (a trigger)
-                ops.append((q.UPSERT_MESSAGE, [message_row(message, view)]))
+                _add(ops, q.UPSERT_MESSAGE, [message_row(message, view)])
         if lease is None:
             if ops:
                 await self._db.commit(ops, None, crowded=False)
@@ -316,3 +319,20 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads):
 
     async def batch_costs(self, name: str) -> list[ItemCost]:
         return await self._batches.batch_costs(name)
+
+    # ------------------------------------------------------------------ scores (we0nb.persistence.scores)
+
+    async def write_scores(self, scores: Sequence[ScoreRecord]) -> None:
+        await self._scores.write_scores(scores)
+
+    async def read_scores(self, batch: str, scorer: Optional[str] = None) -> list[ScoreRecord]:
+        return await self._scores.read_scores(batch, scorer)
+
+
+def _add(ops: list[Op], stmt: Any, rows: list[Any]) -> None:
+    """Append ``rows`` of ``stmt`` to ``ops``: to the last op when it is the same statement (one
+    ``executemany`` for a run of writes of one kind, e.g. a fork's messages; the order is kept)."""
+    if ops and ops[-1][0] is stmt:
+        ops[-1][1].extend(rows)
+    else:
+        ops.append((stmt, rows))

@@ -29,11 +29,11 @@ from typing import Any, Optional
 from sqlalchemy import Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text, text
 
 __all__ = ["SCHEMA_VERSION", "SESSION_ID_MAX", "metadata", "meta", "sessions", "messages", "parts", "leases",
-           "batches", "batch_items", "cut", "session_columns", "message_columns", "part_columns"]
+           "batches", "batch_items", "scores", "cut", "session_columns", "message_columns", "part_columns"]
 
 #: bump when the tables change; a database with a higher version is refused, an older one
 #: is upgraded in place (``schema.py``)
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: the longest session id (characters). Every session-id column has this width (schema 3;
 #: PostgreSQL enforces it), and ``build_request`` refuses longer ids up front.
@@ -165,6 +165,23 @@ batch_items = Table(
     # queued item on each claim)
     Index("ix_we0_batch_items_next", "batch", "queued", "item", "expires"),
     Index("ix_we0_batch_items_session", "session_id"),
+)
+
+
+# scores (schema 7): what ``batch.score`` found per item and scorer (``we0nb.persistence.scores``);
+# ``passed`` NULL for a scorer that gave a number only, ``judge_session_id`` the verdict's session
+scores = Table(
+    "we0_scores",
+    metadata,
+    Column("batch", String(SESSION_ID_MAX), primary_key=True),
+    Column("item", Integer, primary_key=True, autoincrement=False),
+    Column("scorer", String(128), primary_key=True),
+    Column("session_id", String(SESSION_ID_MAX), nullable=False),
+    Column("value", Float, nullable=False),
+    Column("passed", Boolean, nullable=True),
+    Column("reason", Text, nullable=False),
+    Column("judge_session_id", String(SESSION_ID_MAX), nullable=True),
+    Column("created", Float, nullable=False),
 )
 
 

@@ -1,0 +1,173 @@
+"""Replay (SPEC §12): a recorded session's steps served again, strictly compared or not."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from enginekit import Log, make_tools
+from we0nb import (ReplayMismatchError, ReplayModel, ScriptedModel, SqlPersistence, We0Agent, We0Error, output,
+                   text, tool_call, user_message)
+from we0nb.testing import reasoning, usage
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _record(p, sid="ses_rec", prompt="write f then read it"):
+    log = Log()
+    model = ScriptedModel([[reasoning("plan"), text("I will write."), tool_call("write", {"path": "f"}),
+                            usage(10, 5)],
+                           [tool_call("read", {"path": "f"}), usage(20, 3)],
+                           [text("All done."), usage(30, 4)]], model_id="recorded-model")
+    agent = We0Agent(model, tools=make_tools(log), persistence=p)
+    await agent.invoke(session_id=sid, messages=[user_message(prompt)])
+    return agent, log
+
+
+def test_replay_reproduces_the_run_without_the_model(store):
+    async def go():
+        src, log = await _record(store)
+        log2 = Log()
+        replay = ReplayModel(src, "ses_rec")
+        agent = We0Agent(replay, tools=make_tools(log2), persistence=store)
+        result = await agent.invoke(session_id="ses_again", messages=[user_message("write f then read it")])
+        assert result.text == "All done." and replay.step == 3 and replay.steps == 3
+        a, b = await src.transcript("ses_rec"), await agent.transcript("ses_again")
+        assert [m.text for m in a.messages] == [m.text for m in b.messages]
+        assert [(p.tool, p.state.input, p.state.output) for m in b.messages for p in m.tool_parts] == \
+            [(p.tool, p.state.input, p.state.output) for m in a.messages for p in m.tool_parts]
+        assert [m.info.usage.input_tokens for m in b.messages if m.info.role == "assistant"] == [10, 20, 30]
+        assert [p.text for p in b.messages[1].parts if p.type == "reasoning"] == ["plan"]
+        assert {m.info.model_id for m in b.messages if m.info.role == "assistant"} == {"replay:recorded-model"}
+        assert log2.count("write") == 1  # (the tools ran again: a replay serves the model only)
+
+    run(go())
+
+
+def test_strict_replay_fails_with_a_diff_when_the_prompt_changes(store):
+    async def go():
+        src, _ = await _record(store)
+        agent = We0Agent(ReplayModel(store, "ses_rec"), tools=make_tools(Log()), persistence=store)
+        with pytest.raises(ReplayMismatchError) as info:
+            await agent.invoke(session_id="ses_x", messages=[user_message("write g then read it")])
+        msg = str(info.value)
+        assert info.value.step == 1 and isinstance(info.value, We0Error)
+        assert "step 1" in msg and "history item 1" in msg
+        assert '- "text": "write f then read it"' in msg and '+ "text": "write g then read it"' in msg
+        assert "--- recorded" in msg and "+++ sent" in msg
+
+    run(go())
+
+
+def test_mismatch_in_a_tool_result_names_its_step(store):
+    async def go():
+        await _record(store)
+        log = Log()
+        tools = make_tools(log, fail=("read",))
+        agent = We0Agent(ReplayModel(store, "ses_rec"), tools=tools, persistence=store)
+        await asyncio.sleep(0)
+        with pytest.raises(ReplayMismatchError, match="step 3 .* history item 5"):
+            await agent.invoke(session_id="ses_y", messages=[user_message("write f then read it")])
+
+    run(go())
+
+
+def test_past_the_last_step_and_non_strict(store):
+    async def go():
+        await _record(store)
+        replay = ReplayModel(store, "ses_rec", strict=False)
+        agent = We0Agent(replay, tools=make_tools(Log()), persistence=store)
+        result = await agent.invoke(session_id="ses_ns", messages=[user_message("something else")])
+        assert result.text == "All done."
+        with pytest.raises(ReplayMismatchError, match="step 4 was asked for.*recorded 3 step"):
+            await agent.invoke(session_id="ses_ns", messages=[user_message("more")])
+
+    run(go())
+
+
+def test_structured_output_replays(store):
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        city: str
+
+    async def go():
+        src = We0Agent(ScriptedModel([[output({"city": "Paris"})]]), output_type=Answer, persistence=store)
+        await src.invoke(session_id="ses_o", messages=[user_message("capital?")])
+        again = We0Agent(ReplayModel(store, "ses_o"), output_type=Answer, persistence=store)
+        r = await again.invoke(session_id="ses_o2", messages=[user_message("capital?")])
+        assert r.output == Answer(city="Paris")
+
+    run(go())
+
+
+def test_bad_sources_fail_in_one_line_writing_nothing(tmp_path, store):
+    async def go():
+        agent = We0Agent(ReplayModel(store, "ses_none"), persistence=store)
+        with pytest.raises(ValueError, match="the source has no session 'ses_none'"):
+            await agent.invoke(session_id="ses_new", messages=[user_message("hi")])
+        assert (await agent.transcript("ses_new")).session is None
+
+    run(go())
+    with pytest.raises(TypeError, match="expected an agent, a persistence or a database URL"):
+        ReplayModel(42, "ses_a")
+
+
+def test_replay_from_a_url_in_another_store(tmp_path):
+    url = f"sqlite:///{tmp_path / 'rec.db'}"
+
+    async def go():
+        p = SqlPersistence(url)
+        await _record(p)
+        await p.close()
+        agent = We0Agent(ReplayModel(url, "ses_rec"), tools=make_tools(Log()))
+        r = await agent.invoke(session_id="s", messages=[user_message("write f then read it")])
+        assert r.text == "All done."
+
+    run(go())
+
+
+def test_a_longer_history_than_recorded_is_a_mismatch(store):
+    async def go():
+        await _record(store)
+        first = We0Agent(ScriptedModel([[text("earlier answer")]]), persistence=store)
+        await first.invoke(session_id="ses_long", messages=[user_message("before")])
+        agent = We0Agent(ReplayModel(store, "ses_rec"), tools=make_tools(Log()), persistence=store)
+        with pytest.raises(ReplayMismatchError, match=r"step 1 .*history item 1 \(recorded 1 item\(s\), sent 3\)"):
+            await agent.invoke(session_id="ses_long", messages=[user_message("write f then read it")])
+
+    run(go())
+
+
+def test_recorded_tools_serve_outputs_without_executing(store):
+    async def go():
+        await _record(store)
+        log = Log()
+        replay = ReplayModel(store, "ses_rec")
+        agent = We0Agent(replay, tools=replay.recorded_tools(make_tools(log)), persistence=store)
+        r = await agent.invoke(session_id="ses_rt", messages=[user_message("write f then read it")])
+        assert r.text == "All done." and log.calls == []  # no tool body ran
+        outs = [p.state.output for m in (await agent.transcript("ses_rt")).messages for p in m.tool_parts]
+        assert outs == ["wrote f", "content of f"]
+        # a call the recording lacks fails clearly (the model sees the error)
+        other = ReplayModel(store, "ses_rec", strict=False)
+        bad = We0Agent(ScriptedModel([[tool_call("write", {"path": "z"}, call_id="call_new")], [text("ok")]]),
+                       tools=other.recorded_tools(make_tools(log)), persistence=store)
+        await bad.invoke(session_id="ses_bad", messages=[user_message("x")])
+        part = (await bad.transcript("ses_bad")).messages[1].tool_parts[0]
+        assert part.state.status == "error" and "has no call 'call_new' of tool 'write'" in part.state.error
+        assert log.calls == []
+
+    run(go())
+
+
+def test_a_url_without_a_database_is_refused_and_not_created(tmp_path):
+    missing = tmp_path / "nothing.db"
+    with pytest.raises(ValueError, match="there is no database at"):
+        ReplayModel(f"sqlite:///{missing}", "ses_a")
+    assert not missing.exists()
+    with pytest.raises(ValueError, match="is not a database URL"):
+        ReplayModel("not a url", "ses_a")

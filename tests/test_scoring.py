@@ -1,0 +1,223 @@
+"""Scoring batches (SPEC §14): functions and judges, persisted, resumable; the frames."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pandas as pd
+import pytest
+
+from we0nb import (FunctionModel, Score, We0Agent, experiments_df, judge, plot_experiments, scorer, scores_df, text,
+                   tool, tool_call)
+from we0nb.batch.judge import Verdict, judge_session_id
+from we0nb.models.base import UserTurn
+
+STORES = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+PROMPTS = ["2+2", "3+3", "5+5", "boom"]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@tool(side_effects=False)
+def calc(expr: str) -> str:
+    return str(eval(expr, {}))  # (test input only)
+
+
+def solver(p, wrong: bool = False) -> We0Agent:
+    """Calls ``calc`` then answers its result (off by one when ``wrong``); fails on 'boom'."""
+
+    def reply(request):
+        prompt = next(m.text for m in request.messages if isinstance(m, UserTurn))
+        if prompt == "boom":
+            raise RuntimeError("the model failed")
+        results = [m for m in request.messages if getattr(m, "role", "") == "tool"]
+        if not results:
+            return [tool_call("calc", {"expr": prompt})]
+        value = int(results[-1].content) + (1 if wrong else 0)
+        return [text(str(value))]
+
+    return We0Agent(FunctionModel(reply), tools=[calc], persistence=p)
+
+
+def exact(case) -> bool:
+    return case.text == str(case.expected)
+
+
+def closeness(case) -> float:
+    return 1.0 / (1 + abs(int(case.text) - int(case.expected)))
+
+
+EXPECTED = [4, 6, 10, 0]
+
+
+def verdicts(calls: list[str], fail_first: int = 0):
+    """A judge model: passes answers whose text equals EXPECTED, as structured output."""
+    state = {"left": fail_first}
+
+    async def reply(request):
+        question = next(m.text for m in request.messages if isinstance(m, UserTurn))
+        calls.append(question)
+        if state["left"] > 0:
+            state["left"] -= 1
+            await asyncio.sleep(30)  # (cancelled by the test: a judge run cut off)
+        answer = question.split("ANSWER:\n", 1)[1].split("\n\n", 1)[0]
+        expected = question.split("EXPECTED:\n", 1)[1].strip()
+        from we0nb import output
+        return [output(Verdict(passed=answer == expected, reason=f"{answer} vs {expected}"))]
+
+    return FunctionModel(reply, model_id="judge-model")
+
+
+def test_function_scorers_persist_and_skip(store):
+    async def go():
+        agent = solver(store)
+        batch = await agent.batch(PROMPTS, name="b_right", progress=False)
+        got = await batch.score([exact, scorer(closeness, name="close")], expected=EXPECTED, progress=False)
+        assert len(got.scored) == 6 and got.skipped == 0 and got.errors == []  # 'boom' failed: not scored
+        again = await batch.score([exact], expected=EXPECTED, progress=False)
+        assert again.scored == [] and again.skipped == 3
+        return batch
+
+    run(go())
+    df = scores_df(store, batch="b_right")
+    assert list(df.columns) == ["item", "session_id", "scorer", "value", "passed", "reason", "judge_session_id"]
+    assert len(df) == 6 and set(df["scorer"]) == {"exact", "close"}
+    ex = df[df["scorer"] == "exact"]
+    assert list(ex["value"]) == [1.0, 1.0, 1.0] and ex["passed"].all()
+    assert df[df["scorer"] == "close"]["passed"].isna().all()  # a float sets the value only
+
+
+def test_experiments_df_compares_two_batches_with_intervals(store):
+    async def go():
+        good, bad = solver(store), solver(store, wrong=True)
+        b1 = await good.batch(PROMPTS[:3], name="exp_good", progress=False)
+        b2 = await bad.batch(PROMPTS[:3], name="exp_bad", progress=False)
+        for b in (b1, b2):
+            await b.score([exact, closeness], expected=EXPECTED[:3], progress=False)
+
+    run(go())
+    df = experiments_df(store, ["exp_good", "exp_bad"])
+    assert list(df.columns) == ["batch", "scorer", "n", "mean", "pass_rate", "ci_low", "ci_high", "cost", "duration"]
+    assert list(zip(df["batch"], df["scorer"])) == [("exp_good", "closeness"), ("exp_good", "exact"),
+                                                    ("exp_bad", "closeness"), ("exp_bad", "exact")]
+    row = df.set_index(["batch", "scorer"])
+    assert row.loc[("exp_good", "exact"), "mean"] == 1.0 and row.loc[("exp_bad", "exact"), "mean"] == 0.0
+    assert (row.loc[("exp_good", "exact"), "ci_low"], row.loc[("exp_good", "exact"), "ci_high"]) == (1.0, 1.0)
+    assert row.loc[("exp_bad", "closeness"), "mean"] == 0.5 and pd.isna(row.loc[("exp_bad", "closeness"), "pass_rate"])
+    assert (df["n"] == 3).all() and df["cost"].isna().all()  # (an unpriced model: unknown, never 0)
+    assert (df["duration"] > pd.Timedelta(0)).all()
+    fig = plot_experiments(df)
+    assert len(fig.axes) == 2
+
+
+def test_bootstrap_interval_brackets_the_mean():
+    from we0nb.notebook.score_frames import bootstrap_ci
+
+    values = [0, 1] * 50
+    lo, hi = bootstrap_ci(values)
+    assert lo < 0.5 < hi and hi - lo < 0.3
+    assert bootstrap_ci(values) == (lo, hi)  # (a fixed seed: one interval for one set of scores)
+
+
+def test_judge_verdicts_are_sessions_and_resume_after_an_abort(store):
+    calls: list[str] = []
+
+    async def go():
+        agent = solver(store)
+        batch = await agent.batch(PROMPTS[:3], name="b_judge", progress=False)
+        j = judge(verdicts(calls, fail_first=1), "The answer is the number expected.", name="judge")
+        task = asyncio.ensure_future(batch.score([j], expected=["4", "7", "10"], progress=False, concurrency=1))
+        while not calls:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        task.cancel()  # a scoring cut off while the first verdict runs
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert scores_df(store, batch="b_judge").empty  # nothing was written
+        sid = judge_session_id("b_judge", 0, "judge")
+        assert (await agent.transcript(sid)).needs_resume  # the cut verdict is a session, unfinished
+        got = await batch.score([j], expected=["4", "7", "10"], progress=False)
+        assert got.errors == [] and [r.passed for r in got.scored] == [True, False, True]
+        assert len(calls) == 4  # the cut verdict resumed once, the others asked once
+        again = await batch.score([j], expected=["4", "7", "10"], progress=False)
+        assert again.skipped == 3 and len(calls) == 4  # scored: no model call
+        verdict = await agent.transcript(got.scored[1].judge_session_id)
+        assert verdict.session is not None and "3+3" in verdict.messages[0].text
+
+    run(go())
+    df = scores_df(store, batch="b_judge")
+    assert list(df["reason"]) == ["4 vs 4", "6 vs 7", "10 vs 10"]
+    assert df["judge_session_id"].str.startswith("judge_").all()
+
+
+def test_a_raising_scorer_records_nothing_for_that_item_and_is_retried(store):
+    flaky_on = {1}
+
+    def flaky(case) -> Score:
+        if case.item in flaky_on:
+            raise ValueError("cannot tell")
+        return Score(0.5, passed=True, reason="fine")
+
+    async def go():
+        batch = await solver(store).batch(PROMPTS[:3], name="b_flaky", progress=False)
+        got = await batch.score([flaky], progress=False)
+        assert [(e.item, e.scorer) for e in got.errors] == [(1, "flaky")] and "cannot tell" in got.errors[0].error
+        assert "errors=1" in repr(got)
+        flaky_on.clear()
+        again = await batch.score([flaky], progress=False)
+        assert [r.item for r in again.scored] == [1] and again.skipped == 2
+
+    run(go())
+
+
+def test_bad_input_is_one_line_and_writes_nothing(store):
+    async def go():
+        batch = await solver(store).batch(PROMPTS[:3], name="b_bad", progress=False)
+        with pytest.raises(ValueError, match="2 values were given for a batch of 3 items"):
+            await batch.score([exact], expected=[1, 2], progress=False)
+
+        def wordy(case):
+            return "yes"
+
+        with pytest.raises(TypeError, match="scorer 'wordy' returned str .*return a bool, a float or a Score"):
+            await batch.score([exact, wordy], expected=EXPECTED[:3], progress=False)
+        assert scores_df(store, batch="b_bad").empty
+        with pytest.raises(ValueError, match="No batch named 'nope'"):
+            scores_df(store, batch="nope")
+        with pytest.raises(TypeError, match="expected a we0nb model"):
+            judge("gpt", "rubric")
+
+        class Plain(FunctionModel):
+            structured_output = False
+
+        with pytest.raises(ValueError, match="cannot return structured output"):
+            judge(Plain(lambda r: "x"), "rubric")
+
+    run(go())
+
+
+def test_expected_from_a_series_is_taken_by_position(store):
+    async def go():
+        batch = await solver(store).batch(PROMPTS[:3], name="b_series", progress=False)
+        series = pd.Series([4, 6, 10], index=[10, 20, 30])
+        got = await batch.score([exact], expected=series, progress=False)
+        assert [r.value for r in got.scored] == [1.0, 1.0, 1.0]
+
+    run(go())
+
+
+def test_case_has_prompt_text_and_tool_calls(store):
+    seen = []
+
+    def look(case):
+        seen.append((case.item, case.prompt, case.text, case.tool_calls, case.output, case.expected))
+        return True
+
+    async def go():
+        batch = await solver(store).batch(["2+2"], name="b_case", progress=False)
+        await batch.score([look], progress=False)
+
+    run(go())
+    assert seen == [(0, "2+2", "4", ["calc"], None, None)]

@@ -1,0 +1,109 @@
+"""A model as judge: ``judge(model, rubric)`` is a scorer whose verdicts are we0nb runs.
+
+Each verdict is a run with structured output (:class:`Verdict`: ``passed``, ``reason``) in a
+session of its own in the batch's store, named from the batch, the item and the judge's name
+(``judge_<hash>``). So a verdict can be read like any session, and a scoring that was
+interrupted resumes: a finished verdict is read back without a model call, an unfinished one is
+resumed (``mode="resume"``), and only a verdict never started is asked afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Optional
+
+from pydantic import BaseModel, Field
+
+from ..engine.agent import We0Agent
+from ..models.base import Model
+from .score import Case, Score, Scorer, ScoringContext
+
+__all__ = ["judge", "Judge", "Verdict", "judge_session_id"]
+
+
+class Verdict(BaseModel):
+    """What a judge answers: whether the answer passes the rubric, and why."""
+
+    passed: bool = Field(description="True when the answer meets the rubric.")
+    reason: str = Field(description="One or two sentences: why it passes or fails.")
+
+
+_SYSTEM = ("You are a strict evaluator. Judge the ANSWER to the PROMPT against the RUBRIC (and the EXPECTED answer "
+           "when one is given). Reply with your verdict: passed (true/false) and a short reason.\n\nRUBRIC:\n{rubric}")
+
+
+def judge_session_id(batch: str, item: int, name: str) -> str:
+    """The session of a judge's verdict on one item (the same on every call: a verdict resumes)."""
+    digest = hashlib.sha256(f"{batch}\x00{item}\x00{name}".encode("utf-8", "surrogatepass")).hexdigest()
+    return f"judge_{digest[:32]}"
+
+
+def _question(case: Case) -> str:
+    answer = case.text if case.output is None else json.dumps(case.output, ensure_ascii=False)
+    parts = [f"PROMPT:\n{case.prompt}", f"ANSWER:\n{answer}"]
+    if case.tool_calls:
+        parts.append("TOOLS CALLED: " + ", ".join(case.tool_calls))
+    if case.expected is not None:
+        parts.append(f"EXPECTED:\n{case.expected}")
+    return "\n\n".join(parts)
+
+
+class Judge(Scorer):
+    """A scorer decided by ``model`` against ``rubric`` (see :func:`judge`)."""
+
+    judged = True
+
+    def __init__(self, model: Model, rubric: str, name: str = "judge"):
+        if not isinstance(model, Model):
+            raise TypeError(f"judge(model, rubric): expected a we0nb model (ScriptedModel, FunctionModel, "
+                            f"OpenAIChatModel…), got {type(model).__name__}.")
+        if not getattr(model, "structured_output", True):
+            raise ValueError(f"judge(model, rubric): model {model.model_id!r} cannot return structured output, which "
+                             "a verdict is; use a model that can (tool calls or a JSON schema).")
+        if not isinstance(rubric, str) or not rubric.strip():
+            raise ValueError("judge(model, rubric): rubric must be a non-empty string saying what passes.")
+        super().__init__(self._unused, name)
+        self.model = model
+        self.rubric = rubric
+        self._agents: dict[int, We0Agent] = {}
+
+    @staticmethod
+    def _unused(case: Case) -> Any:  # pragma: no cover - a judge decides through decide()
+        raise NotImplementedError
+
+    def _agent(self, store: Any) -> We0Agent:
+        agent = self._agents.get(id(store))
+        if agent is None:
+            agent = We0Agent(self.model, persistence=store, output_type=Verdict,
+                             system_prompt=_SYSTEM.format(rubric=self.rubric))
+            self._agents[id(store)] = agent
+        return agent
+
+    async def decide(self, case: Case, context: ScoringContext) -> tuple[Any, Optional[str]]:
+        agent = self._agent(context.store)
+        sid = judge_session_id(context.batch, case.item, self.name)
+        if (await context.store.get_session(sid)) is None:
+            result = await agent.invoke(session_id=sid, messages=[_user(case)])
+        else:  # (a verdict given or begun before: read back, or resumed)
+            result = await agent.invoke(mode="resume", session_id=sid)
+            if result.output is None:  # (a session that never got its question, e.g. killed at once)
+                result = await agent.invoke(session_id=sid, messages=[_user(case)])
+        verdict = result.output
+        assert isinstance(verdict, Verdict)
+        return Score(1.0 if verdict.passed else 0.0, passed=verdict.passed, reason=verdict.reason), sid
+
+    def __repr__(self) -> str:
+        return f"judge({self.model.model_id!r}, name={self.name!r})"
+
+
+def _user(case: Case) -> Any:
+    from ..engine import user_message
+
+    return user_message(_question(case))
+
+
+def judge(model: Model, rubric: str, *, name: str = "judge") -> Judge:
+    """A scorer decided by ``model``: each verdict a we0nb run with structured output (passed,
+    reason) in its own session of the batch's store — readable, and resumed when interrupted."""
+    return Judge(model, rubric, name)
