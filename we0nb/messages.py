@@ -290,6 +290,28 @@ class ToolApproval(_Model):
 ApprovalStatus = Literal["requested", "approved", "denied"]
 
 
+# The one reading of what §11 (exactly-once) keeps in a tool state's metadata. The engine writes
+# these keys; everything that shows them (frames of every store, transcripts, the CLI) reads them
+# here, so a call is "in doubt" in one sense only.
+
+
+def call_key_of(session_id: str, part_id: str, stored: Any) -> str:
+    """A call's idempotency key: ``stored`` (its metadata's) when it is a string, else derived."""
+    from ._ids import call_key
+
+    return stored if isinstance(stored, str) else call_key(session_id, part_id)
+
+
+def attempts_of(stored: Any) -> int:
+    """How many executions started, from metadata ``attempt`` (0 when absent or not an int)."""
+    return stored if isinstance(stored, int) and not isinstance(stored, bool) else 0
+
+
+def in_doubt_of(interrupted: bool, stored: Any) -> Optional[bool]:
+    """Metadata ``in_doubt`` of an interrupted call (True/False as written); None otherwise."""
+    return stored if interrupted and isinstance(stored, bool) else None
+
+
 class ToolPart(_PartBase):
     type: Literal["tool"] = "tool"
     call_id: str
@@ -325,8 +347,30 @@ class ToolPart(_PartBase):
 
     @property
     def recalled(self) -> bool:
-        """The call was executed again by a resume (a read-only tool that had not finished)."""
+        """The call was executed again by a resume (a read-only or idempotent tool's call)."""
         return self.state.metadata.get("recalled") is True
+
+    @property
+    def idempotency_key(self) -> str:
+        """The call's key: as first written with it (derived the same way for a call stored
+        before keys were written)."""
+        return call_key_of(self.session_id, self.id, self.state.metadata.get("idempotency_key"))
+
+    @property
+    def attempts(self) -> int:
+        """How many executions of the call started, as the store says (0: never executed)."""
+        return attempts_of(self.state.metadata.get("attempt"))
+
+    @property
+    def in_doubt(self) -> Optional[bool]:
+        """For an interrupted call: whether it may have run (True: it was running; False: it
+        never started). None for any other call, and for one interrupted before this was recorded."""
+        return in_doubt_of(self.interrupted, self.state.metadata.get("in_doubt"))
+
+    @property
+    def reconciled(self) -> bool:
+        """The call was completed by its tool's reconcile (it had run before the process died)."""
+        return self.state.metadata.get("reconciled") is True
 
     @property
     def is_output(self) -> bool:

@@ -247,8 +247,9 @@ class SqlReader(ColumnReader):
                        ("interrupt_reason", p.c.interrupt_reason), ("recalled", p.c.recalled)]
             q.docs = [self._member("input", ("state", "input"), True), self._member("output", ("state", "output")),
                       self._member("error", ("state", "error")), self._member("metadata", ("state", "metadata"), True),
-                      self._member("approval", ("approval",)), self._member("approval_detail", ("approval_detail",), True)]
-            q.finish, q.finished = _approval_columns, list(TOOL_CALL_NAMES)
+                      self._member("approval", ("approval",)), self._member("approval_detail", ("approval_detail",), True),
+                      *self._exactly_once()]
+            q.finish, q.finished = _tool_call_columns, list(TOOL_CALL_NAMES)
             # ``type || ''`` keeps SQLite from walking ix_we0_parts_tool and looking rows up in
             # index order (random reads): a sequential scan is ~1.5x cheaper; a session filter
             # still uses the session index, and PostgreSQL plans it the same way
@@ -261,6 +262,15 @@ class SqlReader(ColumnReader):
             q.docs = [_Doc("text", sql, _part_text, True)]
             q.applies = p.c.type.in_((*_TEXT_TYPES, "compaction"))
         return self._read(q, ids, since, until, convert)
+
+    def _exactly_once(self) -> list[_Doc]:
+        """The metadata members of §11, each extracted with its JSON type checked, so every route
+        reads them as :class:`~we0nb.messages.ToolPart` does (see :func:`_tool_call_columns`)."""
+        from .call_facts import MEMBERS, member_of, typed
+
+        return [_Doc(f"_{k}", typed(self.dialect, T.parts.c.data, ("state", "metadata", k), kind),
+                     lambda d, k=k, kind=kind: member_of(d, ("state", "metadata", k), kind), True)
+                for k, kind in MEMBERS]
 
     # ------------------------------------------------------------------ query parts
 
@@ -431,6 +441,13 @@ def _json_member(doc: dict, path: Sequence[str], as_json: bool) -> Optional[str]
     if v is None:
         return None
     return v if isinstance(v, str) and not as_json else _dump(v)
+
+
+def _tool_call_columns(chunk: dict[str, Any]) -> dict[str, Any]:
+    """The approval columns, then the exactly-once ones (:func:`.call_facts.exactly_once_columns`)."""
+    from .call_facts import exactly_once_columns
+
+    return exactly_once_columns(_approval_columns(chunk))
 
 
 def _approval_columns(chunk: dict[str, Any]) -> dict[str, Any]:
