@@ -312,6 +312,23 @@ def in_doubt_of(interrupted: bool, stored: Any) -> Optional[bool]:
     return stored if interrupted and isinstance(stored, bool) else None
 
 
+#: what a person reads about a call recovery settled (badges, the CLI, the plots' legend)
+MAY_HAVE_RUN = "may have run"
+NEVER_STARTED = "never started"
+COMPLETED_ON_RESUME = "completed on resume"
+
+
+def effect_label(in_doubt: Optional[bool], reconciled: bool) -> Optional[str]:
+    """The words for what recovery knows of a call's effect: interrupted and in doubt → "may have
+    run", interrupted and not in doubt → "never started", completed by its reconcile → "completed
+    on resume"; None for any other call."""
+    if in_doubt is True:
+        return MAY_HAVE_RUN
+    if in_doubt is False:
+        return NEVER_STARTED
+    return COMPLETED_ON_RESUME if reconciled else None
+
+
 class ToolPart(_PartBase):
     type: Literal["tool"] = "tool"
     call_id: str
@@ -371,6 +388,11 @@ class ToolPart(_PartBase):
     def reconciled(self) -> bool:
         """The call was completed by its tool's reconcile (it had run before the process died)."""
         return self.state.metadata.get("reconciled") is True
+
+    @property
+    def effect(self) -> Optional[str]:
+        """What a person reads of the call's effect (see :func:`effect_label`), or None."""
+        return effect_label(self.in_doubt, self.reconciled)
 
     @property
     def is_output(self) -> bool:
