@@ -337,11 +337,15 @@ def test_the_readme_sample_is_what_the_demo_prints(tmp_path):
     section = page.split("## The demo: one command", 1)[1]
     import re
 
-    sample = next(body for lang, body in re.findall(r"```(\w*)\n(.*?)```", section, re.S) if not lang)
-    p = run("demo", cwd=tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
-    printed = p.stdout.splitlines()
-    lines = [line for line in sample.splitlines() if line.strip() and line.strip() != "..."]
-    assert len(lines) >= 8
-    for line in lines:
-        assert line in printed, line
+    samples = [body for lang, body in re.findall(r"```(\w*)\n(.*?)```", section, re.S) if not lang]
+    assert len(samples) >= 2  # the demo, then `we0nb demo --at-most-once`
+    for sample, args in zip(samples, [(), ("--at-most-once",)]):
+        cwd = tmp_path / ("_".join(args) or "default")  # (a database and ledger of its own)
+        cwd.mkdir()
+        p = run("demo", *args, cwd=cwd)
+        assert p.returncode == 0, p.stdout + p.stderr
+        printed = p.stdout.splitlines()
+        lines = [line for line in sample.splitlines() if line.strip() and line.strip() != "..."]
+        assert len(lines) >= 4
+        for line in lines:
+            assert line in printed, line
