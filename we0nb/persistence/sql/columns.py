@@ -268,9 +268,12 @@ class SqlReader(ColumnReader):
         reads them as :class:`~we0nb.messages.ToolPart` does (see :func:`_tool_call_columns`)."""
         from .call_facts import MEMBERS, member_of, typed
 
-        return [_Doc(f"_{k}", typed(self.dialect, T.parts.c.data, ("state", "metadata", k), kind),
-                     lambda d, k=k, kind=kind: member_of(d, ("state", "metadata", k), kind), True)
-                for k, kind in MEMBERS]
+        def doc(key: str, kind: str) -> _Doc:
+            path = ("state", "metadata", key)
+            return _Doc(f"_{key}", typed(self.dialect, T.parts.c.data, path, kind),
+                        lambda d: member_of(d, path, kind), True)
+
+        return [doc(k, kind) for k, kind in MEMBERS]
 
     # ------------------------------------------------------------------ query parts
 
