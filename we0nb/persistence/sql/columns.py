@@ -247,8 +247,7 @@ class SqlReader(ColumnReader):
                        ("interrupt_reason", p.c.interrupt_reason), ("recalled", p.c.recalled)]
             q.docs = [self._member("input", ("state", "input"), True), self._member("output", ("state", "output")),
                       self._member("error", ("state", "error")), self._member("metadata", ("state", "metadata"), True),
-                      self._member("approval", ("approval",)), self._member("approval_detail", ("approval_detail",), True),
-                      *self._exactly_once()]
+                      self._member("approval", ("approval",)), self._member("approval_detail", ("approval_detail",), True)]
             q.finish, q.finished = _tool_call_columns, list(TOOL_CALL_NAMES)
             # ``type || ''`` keeps SQLite from walking ix_we0_parts_tool and looking rows up in
             # index order (random reads): a sequential scan is ~1.5x cheaper; a session filter
@@ -262,18 +261,6 @@ class SqlReader(ColumnReader):
             q.docs = [_Doc("text", sql, _part_text, True)]
             q.applies = p.c.type.in_((*_TEXT_TYPES, "compaction"))
         return self._read(q, ids, since, until, convert)
-
-    def _exactly_once(self) -> list[_Doc]:
-        """The metadata members of §11, each extracted with its JSON type checked, so every route
-        reads them as :class:`~we0nb.messages.ToolPart` does (see :func:`_tool_call_columns`)."""
-        from .call_facts import MEMBERS, member_of, typed
-
-        def doc(key: str, kind: str) -> _Doc:
-            path = ("state", "metadata", key)
-            return _Doc(f"_{key}", typed(self.dialect, T.parts.c.data, path, kind),
-                        lambda d: member_of(d, path, kind), True)
-
-        return [doc(k, kind) for k, kind in MEMBERS]
 
     # ------------------------------------------------------------------ query parts
 
