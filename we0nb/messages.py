@@ -12,6 +12,9 @@ from typing import Annotated, Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._call_facts import (COMPLETED_ON_RESUME, MAY_HAVE_RUN, NEVER_STARTED, attempts_of, call_key_of,  # noqa: F401
+                          effect_label, in_doubt_of)
+
 __all__ = [
     "SessionTime",
     "SessionRevert",
@@ -288,45 +291,6 @@ class ToolApproval(_Model):
 
 
 ApprovalStatus = Literal["requested", "approved", "denied"]
-
-
-# The one reading of what §11 (exactly-once) keeps in a tool state's metadata. The engine writes
-# these keys; everything that shows them (frames of every store, transcripts, the CLI) reads them
-# here, so a call is "in doubt" in one sense only.
-
-
-def call_key_of(session_id: str, part_id: str, stored: Any) -> str:
-    """A call's idempotency key: ``stored`` (its metadata's) when it is a string, else derived."""
-    from ._ids import call_key
-
-    return stored if isinstance(stored, str) else call_key(session_id, part_id)
-
-
-def attempts_of(stored: Any) -> int:
-    """How many executions started, from metadata ``attempt`` (0 when absent or not an int)."""
-    return stored if isinstance(stored, int) and not isinstance(stored, bool) else 0
-
-
-def in_doubt_of(interrupted: bool, stored: Any) -> Optional[bool]:
-    """Metadata ``in_doubt`` of an interrupted call (True/False as written); None otherwise."""
-    return stored if interrupted and isinstance(stored, bool) else None
-
-
-#: what a person reads about a call recovery settled (badges, the CLI, the plots' legend)
-MAY_HAVE_RUN = "may have run"
-NEVER_STARTED = "never started"
-COMPLETED_ON_RESUME = "completed on resume"
-
-
-def effect_label(in_doubt: Optional[bool], reconciled: bool) -> Optional[str]:
-    """The words for what recovery knows of a call's effect: interrupted and in doubt → "may have
-    run", interrupted and not in doubt → "never started", completed by its reconcile → "completed
-    on resume"; None for any other call."""
-    if in_doubt is True:
-        return MAY_HAVE_RUN
-    if in_doubt is False:
-        return NEVER_STARTED
-    return COMPLETED_ON_RESUME if reconciled else None
 
 
 class ToolPart(_PartBase):

@@ -20,7 +20,7 @@ import html as _html
 import re
 from typing import Any, Iterable, Optional, Sequence
 
-from ..messages import COMPLETED_ON_RESUME, MAY_HAVE_RUN, NEVER_STARTED
+from .._call_facts import COMPLETED_ON_RESUME, MAY_HAVE_RUN, NEVER_STARTED
 from .part_text import denied, dump, edited, to_json, tool_input, tool_result, tool_status
 from .plain import render_text  # re-exported: the mimebundle pairs it with the HTML
 from .styles import CSS, INLINE, STYLE, inline_styles  # CSS, INLINE and inline_styles are re-exported

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from ..messages import COMPLETED_ON_RESUME, MAY_HAVE_RUN, NEVER_STARTED
+from .._call_facts import COMPLETED_ON_RESUME, MAY_HAVE_RUN, NEVER_STARTED
 from .frames import SessionIds, TimeLike, messages_df, tool_calls_df
 
 __all__ = ["plot_timeline", "plot_tools", "STEP_COLORS", "TOOL_COLORS", "APPROVAL_COLOR", "DENIED_COLOR", "tool_outcome", "THEME",
