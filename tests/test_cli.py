@@ -40,7 +40,7 @@ def session_id_of(out: str) -> str:
 FAST = ("--delay", "0")
 
 
-def test_demo_on_sqlite_aborts_resumes_and_runs_the_side_effect_once(tmp_path):
+def test_demo_on_sqlite_aborts_mid_order_resumes_and_places_every_order_exactly_once(tmp_path):
     db = tmp_path / "demo.db"
     url = f"sqlite:///{db}"
     p = run("demo", "--db", url, *FAST, cwd=tmp_path)
@@ -49,17 +49,21 @@ def test_demo_on_sqlite_aborts_resumes_and_runs_the_side_effect_once(tmp_path):
     sid = session_id_of(out)
     assert db.exists()
     # phase 1: aborted mid-tool, nothing closed
-    assert "the demo set the abort event 0.15 s after check_stock started running" in out
+    assert "the demo set the abort event 0.15 s after the tea order started running" in out
     assert "unfinished (time.completed is None)" in out
-    # phase 2: the three recovery outcomes
-    assert "recovery keep" in out and "recovery recall" in out and "recovery interrupt" in out
-    # the report
-    for needle in ("== 3. the persisted transcript", "== 4. tool calls", "interrupt (resume)", "recall", "keep",
-                   "UnfinishedAssistantMessage", "Tea: 14 in stock"):
+    # phase 2: finished calls kept, the cut order run again with its key (idempotent), nothing interrupted
+    assert "recovery keep" in out and "recovery recall    place_order" in out and "recovery interrupt" not in out
+    assert "run again with the same key" in out
+    # the report, read back from the store and the ledger
+    for needle in ("== 3. the persisted transcript", "== 4. tool calls", "recall", "keep",
+                   "UnfinishedAssistantMessage", "Tea: 14 in stock", "Order ord-0002 placed: 1 x tea."):
         assert needle in out, needle
-    assert "OK: no order was placed twice." in out
+    assert "the ledger already had that key from attempt 1 and did not place it again" in out
+    assert "OK: every order was placed exactly once." in out
     orders = ledger(db)
-    assert [(o["item"], o["quantity"], o["session_id"]) for o in orders] == [("coffee", 2, sid)]
+    assert [(o["item"], o["quantity"], o["session_id"], o["attempt"]) for o in orders] == [
+        ("coffee", 2, sid, 1), ("tea", 1, sid, 1)]
+    assert len({o["key"] for o in orders}) == 2
 
     # the same database, read back by other processes
     s = run("sessions", "--db", url, cwd=tmp_path)
@@ -68,14 +72,39 @@ def test_demo_on_sqlite_aborts_resumes_and_runs_the_side_effect_once(tmp_path):
 
     sh = run("show", sid, "--db", url, cwd=tmp_path)
     assert sh.returncode == 0, sh.stderr
-    assert "place_order" in sh.stdout and "interrupt (resume)" in sh.stdout and "recall" in sh.stdout
+    assert "place_order" in sh.stdout and "recall" in sh.stdout and "interrupt" not in sh.stdout
     assert "state: complete" in sh.stdout
 
     # resuming a finished session does nothing
     r = run("resume", sid, "--db", url, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "nothing to resume" in r.stdout
-    assert len(ledger(db)) == 1
+    assert len(ledger(db)) == 2
+
+
+def test_demo_at_most_once_shows_the_order_in_doubt_and_what_the_model_was_told(tmp_path):
+    db = tmp_path / "amo.db"
+    p = run("demo", "--db", str(db), "--at-most-once", *FAST, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    assert "not idempotent (--at-most-once)" in out
+    assert "recovery interrupt place_order" in out and "started but never finished (running)" in out
+    assert "interrupt (resume): may have run" in out  # the tool table and the transcript, from the store
+    assert "The tea order may have been placed: it was running when the run stopped" in out  # the model, told
+    assert "interrupted (resume): may have run in the store; 1 order(s) in the ledger (ord-0002)" in out
+    assert "the model was told it may have run" in out
+    assert "OK: no order was placed twice. 1 call(s) may have run" in out and "exactly once" not in out
+    assert [o["item"] for o in ledger(db)] == ["coffee", "tea"]  # it had run: the store cannot know
+
+
+def test_demo_at_most_once_no_resume_then_resume_keeps_the_plain_tool(tmp_path):
+    db = tmp_path / "amo2.db"
+    p = run("demo", "--db", str(db), "--session", "ses_amo", "--at-most-once", "--no-resume", *FAST, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = run("resume", "ses_amo", "--db", str(db), *FAST, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "recovery interrupt place_order" in r.stdout and "may have run" in r.stdout
+    assert [o["item"] for o in ledger(db)] == ["coffee", "tea"]
 
 
 def test_demo_no_resume_then_resume_in_another_process(tmp_path):
@@ -89,13 +118,13 @@ def test_demo_no_resume_then_resume_in_another_process(tmp_path):
     assert "ses_cli_two" in s.stdout and "needs resume" in s.stdout
 
     sh = run("show", "ses_cli_two", "--db", str(db), cwd=tmp_path)
-    assert sh.returncode == 0 and "UNFINISHED" in sh.stdout and "running" in sh.stdout and "pending" in sh.stdout
+    assert sh.returncode == 0 and "UNFINISHED" in sh.stdout and "running" in sh.stdout
 
     r = run("resume", "ses_cli_two", "--db", str(db), *FAST, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "recovery keep" in r.stdout and "recovery recall" in r.stdout and "recovery interrupt" in r.stdout
-    assert "OK: no order was placed twice." in r.stdout
-    assert [o["item"] for o in ledger(db)] == ["coffee"]
+    assert "recovery keep" in r.stdout and "recovery recall" in r.stdout and "recovery interrupt" not in r.stdout
+    assert "OK: every order was placed exactly once." in r.stdout
+    assert [o["item"] for o in ledger(db)] == ["coffee", "tea"]  # the tea order once, though it ran twice
 
     again = run("demo", "--db", str(db), "--session", "ses_cli_two", *FAST, cwd=tmp_path)
     assert again.returncode == 1 and "already exists" in again.stderr
@@ -104,7 +133,7 @@ def test_demo_no_resume_then_resume_in_another_process(tmp_path):
 def test_demo_in_memory_needs_no_database(tmp_path):
     p = run("demo", "--db", "memory", *FAST, cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "OK: no order was placed twice." in p.stdout
+    assert "OK: every order was placed exactly once." in p.stdout
     assert not list(tmp_path.glob("*.db"))
 
 
@@ -280,7 +309,7 @@ def test_hints_are_shell_quoted(tmp_path):
     argv = shlex.split(line)
     assert argv[:3] == ["we0nb", "resume", "my session"] and argv[4] == f"sqlite:///{db}"
     r = run(*argv[1:], *FAST, cwd=tmp_path)
-    assert r.returncode == 0 and "OK: no order was placed twice." in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "OK: every order was placed exactly once." in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.postgres
@@ -308,11 +337,15 @@ def test_the_readme_sample_is_what_the_demo_prints(tmp_path):
     section = page.split("## The demo: one command", 1)[1]
     import re
 
-    sample = next(body for lang, body in re.findall(r"```(\w*)\n(.*?)```", section, re.S) if not lang)
-    p = run("demo", cwd=tmp_path)
-    assert p.returncode == 0, p.stdout + p.stderr
-    printed = p.stdout.splitlines()
-    lines = [line for line in sample.splitlines() if line.strip() and line.strip() != "..."]
-    assert len(lines) >= 8
-    for line in lines:
-        assert line in printed, line
+    samples = [body for lang, body in re.findall(r"```(\w*)\n(.*?)```", section, re.S) if not lang]
+    assert len(samples) >= 2  # the demo, then `we0nb demo --at-most-once`
+    for sample, args in zip(samples, [(), ("--at-most-once",)]):
+        cwd = tmp_path / ("_".join(args) or "default")  # (a database and ledger of its own)
+        cwd.mkdir()
+        p = run("demo", *args, cwd=cwd)
+        assert p.returncode == 0, p.stdout + p.stderr
+        printed = p.stdout.splitlines()
+        lines = [line for line in sample.splitlines() if line.strip() and line.strip() != "..."]
+        assert len(lines) >= 4
+        for line in lines:
+            assert line in printed, line

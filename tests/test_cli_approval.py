@@ -120,7 +120,8 @@ def test_demo_approve_aborted_after_any_event_claims_still_hold(tmp_path, capsys
     check_approval_demo(out, db, sid)
     tr = load(db, sid)
     assert not tr.pending_approvals and not tr.needs_resume
-    assert "OK: no order was placed twice." in out
+    # (cut before the model asked for the tea order, the one order left is placed exactly once)
+    assert "OK: no order was placed twice." in out or "OK: every order was placed exactly once." in out
     assert ("coffee", 2) in [(o["item"], o["quantity"]) for o in ledger(db, sid)]
 
 

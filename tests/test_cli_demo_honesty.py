@@ -54,8 +54,12 @@ def truth_rows(tr: Transcript) -> list[tuple[str, str, str, dict]]:
     for m in tr.messages:
         closed = m.info.role == "assistant" and m.info.error is not None and m.info.error.reason == "UnfinishedAssistantMessage"
         for p in m.tool_parts:
-            if p.interrupted:
-                oc = f"interrupt ({p.interrupt_reason})"
+            if p.interrupted:  # with what the store says of its effect (SPEC §11: in_doubt)
+                doubt = p.state.metadata.get("in_doubt")
+                effect = {True: ": may have run", False: ": never started"}.get(doubt, "") if isinstance(doubt, bool) else ""
+                oc = f"interrupt ({p.interrupt_reason}){effect}"
+            elif p.state.metadata.get("reconciled") is True:
+                oc = "reconciled: completed on resume"
             elif p.recalled:
                 oc = "recall"
             elif p.awaiting_approval:
@@ -212,6 +216,23 @@ def test_abort_timer_wherever_it_lands(tmp_path, capsys, after):
     if after == "5":
         assert "The run finished before any abort: nothing was cut." in out and not c["recovery"]
         assert "did not complete" not in out
+
+
+@pytest.mark.parametrize("n", [5, 8, 14, 20, 24, 28])
+def test_at_most_once_abort_after_any_event_every_claim_matches_the_store(tmp_path, capsys, n):
+    """The plain side-effect tool (``--at-most-once``): a cut order is interrupted, never run twice;
+    the ledger never has an order the store says never started."""
+    db = tmp_path / "a.db"
+    code, out, err = cli(capsys, "demo", "--db", str(db), "--at-most-once", "--abort-at-event", str(n), *FAST)
+    assert code == 0, out + err
+    sid = sid_of(out)
+    c = check(out, db, sid)
+    assert c["ok"] is True
+    tr, orders = load(db, sid), ledger(db, sid)
+    for m in tr.messages:
+        for p in m.tool_parts:
+            if p.tool == "place_order" and p.interrupted and p.state.metadata.get("in_doubt") is False:
+                assert not [o for o in orders if o["key"] == p.state.metadata["idempotency_key"]]
 
 
 def _spawn(*args: str, cwd: Path) -> subprocess.Popen:

@@ -143,7 +143,7 @@ def test_the_approval_columns_and_their_types(backend, history):
     _, ids = history
     calls = tool_calls_df(backend)
     cols = list(calls.columns)
-    assert cols[cols.index("recalled") + 1:cols.index("metadata")] == [
+    assert cols[cols.index("attempts") + 1:cols.index("metadata")] == [  # (after the §11 columns)
         "approval", "approval_reason", "approved_input", "decided"]
     dt = calls["approval"].dtype
     assert isinstance(dt, pd.CategoricalDtype) and list(dt.categories) == ["requested", "approved", "denied"]

@@ -140,9 +140,12 @@ def test_tools_chart_filters_empty_and_axes(memory):
 def test_tool_outcome(memory):
     calls = tool_calls_df(memory)
     out = tool_outcome(calls)
-    assert out[calls["interrupted"]].eq("interrupted").all()
+    doubt = calls["in_doubt"].fillna(False).astype(bool)
+    assert out[calls["interrupted"] & ~doubt].eq("interrupted").all() and doubt.any()
+    assert out[doubt].eq("in_doubt").all()  # (interrupted while running: it may have run)
     assert (out == "error").sum() == int(((calls["status"] == "error") & ~calls["interrupted"]).sum())
-    assert list(out.cat.categories) == ["completed", "error", "denied", "interrupted", "unfinished"]
+    assert list(out.cat.categories) == ["completed", "reconciled", "error", "denied", "in_doubt", "interrupted",
+                                        "unfinished"]
 
 
 def test_a_denied_call_is_its_own_outcome_not_a_failure():

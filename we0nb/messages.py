@@ -12,6 +12,9 @@ from typing import Annotated, Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._call_facts import (COMPLETED_ON_RESUME, MAY_HAVE_RUN, NEVER_STARTED, attempts_of, call_key_of,  # noqa: F401
+                          effect_label, in_doubt_of)
+
 __all__ = [
     "SessionTime",
     "SessionRevert",
@@ -329,8 +332,35 @@ class ToolPart(_PartBase):
 
     @property
     def recalled(self) -> bool:
-        """The call was executed again by a resume (a read-only tool that had not finished)."""
+        """The call was executed again by a resume (a read-only or idempotent tool's call)."""
         return self.state.metadata.get("recalled") is True
+
+    @property
+    def idempotency_key(self) -> str:
+        """The call's key: as first written with it (derived the same way for a call stored
+        before keys were written)."""
+        return call_key_of(self.session_id, self.id, self.state.metadata.get("idempotency_key"))
+
+    @property
+    def attempts(self) -> int:
+        """How many executions of the call started, as the store says (0: never executed)."""
+        return attempts_of(self.state.metadata.get("attempt"))
+
+    @property
+    def in_doubt(self) -> Optional[bool]:
+        """For an interrupted call: whether it may have run (True: it was running; False: it
+        never started). None for any other call, and for one interrupted before this was recorded."""
+        return in_doubt_of(self.interrupted, self.state.metadata.get("in_doubt"))
+
+    @property
+    def reconciled(self) -> bool:
+        """The call was completed by its tool's reconcile (it had run before the process died)."""
+        return self.state.metadata.get("reconciled") is True
+
+    @property
+    def effect(self) -> Optional[str]:
+        """What a person reads of the call's effect (see :func:`effect_label`), or None."""
+        return effect_label(self.in_doubt, self.reconciled)
 
     @property
     def is_output(self) -> bool:

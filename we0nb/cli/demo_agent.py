@@ -20,11 +20,11 @@ from ..models import FunctionModel, ModelRequest
 from ..models.base import AssistantTurn, ToolResult, UserTurn
 from ..persistence import Persistence
 from ..testing import text, tool_call
-from ..tools import tool
+from ..tools import ToolContext, tool
 from ._db import sqlite_file
 
-__all__ = ["DEMO_PROMPT", "DEMO_TOOLS", "STOCK", "PLAN", "ledger_path", "read_ledger", "demo_tools",
-           "demo_model", "demo_agent"]
+__all__ = ["DEMO_PROMPT", "DEMO_TOOLS", "STOCK", "PLAN", "ANCHOR", "AT_MOST_ONCE_TITLE", "ledger_path", "read_ledger",
+           "place", "demo_tools", "demo_model", "demo_agent"]
 
 DEMO_PROMPT = "Order 2 coffee, check whether tea is in stock, and order 1 tea."
 DEMO_TOOLS = ("place_order", "check_stock")
@@ -32,6 +32,11 @@ STOCK = {"coffee": 40, "tea": 14, "cocoa": 0}
 #: the calls the model makes for DEMO_PROMPT, in order
 PLAN = (("place_order", {"item": "coffee", "quantity": 2}), ("check_stock", {"item": "tea"}),
         ("place_order", {"item": "tea", "quantity": 1}))
+#: the call the demo's abort timer starts from: the tea order (the ledger takes it at once, then
+#: the supplier's confirmation takes ``confirm_seconds``)
+ANCHOR = PLAN[2]
+#: the title of a session made with ``--at-most-once`` (how ``we0nb resume`` knows the tool it had)
+AT_MOST_ONCE_TITLE = "we0nb demo --at-most-once"
 
 
 def ledger_path(db_url: str) -> Path:
@@ -57,21 +62,36 @@ def read_ledger(path: Path, session_id: Optional[str] = None) -> list[dict[str, 
     return rows
 
 
-def demo_tools(ledger: Path, session_id: str, *, stock_seconds: float = 0.6, approve: bool = False) -> list:
-    """``place_order`` (side effects: appends to the ledger) and ``check_stock`` (read-only).
+def place(ledger: Path, key: str, session_id: str, item: str, quantity: int, attempt: int) -> dict[str, Any]:
+    """The supplier's side of an order: one line in the ledger per idempotency key. An order sent
+    again with a key the ledger holds is not placed again: its first line is the answer (as a
+    payments API that deduplicates on an ``Idempotency-Key`` answers)."""
+    for row in read_ledger(ledger):
+        if row.get("key") == key:
+            return row
+    row = {"order_id": f"ord-{len(read_ledger(ledger)) + 1:04d}", "session_id": session_id, "item": item,
+           "quantity": quantity, "key": key, "attempt": attempt, "pid": os.getpid(),
+           "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    with ledger.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+    return row
+
+
+def demo_tools(ledger: Path, session_id: str, *, stock_seconds: float = 0.6, confirm_seconds: float = 0.5,
+               approve: bool = False, exactly_once: bool = True) -> list:
+    """``place_order`` (side effects: the ledger places the order) and ``check_stock`` (read-only).
+    ``exactly_once``: place_order is ``idempotent`` — it sends its call's idempotency key and the
+    ledger places one order per key, so a resume runs an unfinished order again safely; without
+    it (``we0nb demo --at-most-once``) it is a plain side-effect tool, never run twice.
     ``approve``: every ``place_order`` call waits for a person's approval (``we0nb demo --approve``)."""
 
-    @tool(requires_approval=approve)
-    async def place_order(item: str, quantity: int) -> str:
-        """Place an order with the supplier. A side effect: never run twice."""
-        await asyncio.sleep(0.05)
-        order_id = f"ord-{len(read_ledger(ledger)) + 1:04d}"
-        row = {"order_id": order_id, "session_id": session_id, "item": item, "quantity": quantity,
-               "pid": os.getpid(), "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-        ledger.parent.mkdir(parents=True, exist_ok=True)
-        with ledger.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
-        return f"Order {order_id} placed: {quantity} x {item}."
+    @tool(requires_approval=approve, idempotent=exactly_once)
+    async def place_order(item: str, quantity: int, ctx: ToolContext) -> str:
+        """Place an order with the supplier (a side effect). The supplier takes it at once, then confirms."""
+        row = place(ledger, ctx.idempotency_key, session_id, item, quantity, ctx.attempt)
+        await asyncio.sleep(confirm_seconds)  # the supplier's confirmation
+        return f"Order {row['order_id']} placed: {row['quantity']} x {row['item']}."
 
     @tool(side_effects=False)
     async def check_stock(item: str) -> dict:
@@ -99,6 +119,9 @@ def _sentence(name: str, args: dict[str, Any], result: Optional[ToolResult]) -> 
         return f"{str(item).capitalize()}: {n} in stock."
     if not result.is_error:
         return result.content
+    if name == "place_order" and "may have run" in result.content:
+        return (f"The {item} order may have been placed: it was running when the run stopped, and it was not "
+                "sent again. Check with the supplier before ordering it again.")
     if result.content.startswith("Denied by a person"):
         said = result.content.split(". The call was not executed")[0].removeprefix("Denied by a person")
         return f"The {item} order was denied by a person{said.replace(': ', ' (', 1) + ')' if said else ''}: not placed."
@@ -125,7 +148,8 @@ def demo_model(delay: float = 0.03) -> FunctionModel:
 
 
 def demo_agent(persistence: Persistence, session_id: str, ledger: Path, *, delay: float = 0.03,
-               stock_seconds: float = 0.6, approve: bool = False) -> We0Agent:
-    """The agent of ``we0nb demo`` and ``we0nb resume`` (``approve``: orders wait for a person)."""
-    return We0Agent(demo_model(delay), tools=demo_tools(ledger, session_id, stock_seconds=stock_seconds,
-                                                        approve=approve), persistence=persistence)
+               stock_seconds: float = 0.6, approve: bool = False, exactly_once: bool = True) -> We0Agent:
+    """The agent of ``we0nb demo`` and ``we0nb resume`` (``approve``: orders wait for a person;
+    ``exactly_once=False``: place_order is a plain side-effect tool)."""
+    tools = demo_tools(ledger, session_id, stock_seconds=stock_seconds, approve=approve, exactly_once=exactly_once)
+    return We0Agent(demo_model(delay), tools=tools, persistence=persistence)

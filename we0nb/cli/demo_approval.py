@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Optional
 
 from ..engine import We0Agent, user_message
 from ..engine.approval import decide
@@ -22,6 +21,7 @@ from ..messages import Transcript
 from ..persistence import Persistence
 from ._common import EXIT_INTERRUPTED, CtrlC, hint, rule, say
 from .demo_agent import DEMO_PROMPT
+from .demo_run import AbortPlan, print_store, report, resume_phase, stop_before_resume, stream_run
 from .render import call_label, ts
 
 __all__ = ["approval_demo", "DENY_REASON", "APPROVED_ITEM"]
@@ -34,20 +34,19 @@ DENY_REASON = "no tea this week"
 async def approval_demo(args: argparse.Namespace, ctrl: CtrlC, p: Persistence, agent: We0Agent, session_id: str,
                         url: str, ledger: Path) -> int:
     """The demo with ``--approve`` (the agent's place_order requires approval)."""
-    from .demo import AbortPlan, _print_store, _report, _resume_phase, _stop_before_resume, _stream
 
     plan = AbortPlan(args.abort_after, args.abort_at_event)
     first = ("place_order waits for a person's approval"
              + ("" if args.abort_at_event is None else f"; {plan.describe()}") + " (Ctrl-C aborts it wherever it is)")
     rule(f"1. prompt run; {first}")
-    ended = await _stream(agent, ctrl, mode="prompt", session_id=session_id, messages=[user_message(DEMO_PROMPT)],
+    ended = await stream_run(agent, ctrl, mode="prompt", session_id=session_id, messages=[user_message(DEMO_PROMPT)],
                           plan=plan if args.abort_at_event is not None else None)
     tr = await p.load_transcript(session_id)
     if not ended:
         say(f"!! Aborted: {plan.fired or ('Ctrl-C' if ctrl.pressed else 'the abort event')}. The run stopped where "
             "it was and raised CancelledError.")
         say("What the store holds now (nothing was closed):")
-        _print_store(tr)
+        print_store(tr)
     for round_ in range(1, 4):  # a decision, and a resume that may stop at a request again
         if tr.pending_approvals:
             if ended:
@@ -59,18 +58,18 @@ async def approval_demo(args: argparse.Namespace, ctrl: CtrlC, p: Persistence, a
             await _decide(p, agent, tr, session_id)
             say("resume: mode='resume', same session_id, a fresh abort event")
         elif tr.needs_resume:
-            stop = _stop_before_resume(ctrl, args.no_resume, session_id, url)
+            stop = stop_before_resume(ctrl, args.no_resume, session_id, url)
             if stop is not None:
                 return stop
             rule("2. resume: mode='resume', same session_id, a fresh abort event")
         else:
             break
-        code = await _resume_phase(p, agent, ctrl, session_id, url)
+        code = await resume_phase(p, agent, ctrl, session_id, url)
         if code is not None:
             return code
         tr = await p.load_transcript(session_id)
         ended = True
-    return await _report(p, session_id, url, ledger)
+    return await report(p, session_id, url, ledger)
 
 
 async def _decide(p: Persistence, agent: We0Agent, tr: Transcript, session_id: str) -> None:
@@ -108,19 +107,3 @@ def _stop_at_request(tr: Transcript, session_id: str, url: str, ctrl: CtrlC) -> 
     say(f"  {hint('we0nb', 'resume', session_id, '--db', url)}")
     say(f"(`{hint('we0nb', 'approvals', '--db', url)}` lists what awaits a decision.)")
     return EXIT_INTERRUPTED if ctrl.pressed else 0
-
-
-def explain_approval(action: str, before: Optional[object]) -> str:
-    """Why recovery executed, denied or kept waiting a call, from the call as stored before the resume."""
-    approval = getattr(before, "approval", None)
-    detail = getattr(before, "approval_detail", None)
-    status = getattr(getattr(before, "state", None), "status", "pending")
-    if action == "execute":
-        if approval == "approved":
-            edited = " with the corrected arguments" if detail is not None and detail.input is not None else ""
-            return f"a person approved it and it never started ({status}): it runs now{edited}, written running first"
-        return f"it waited behind a call awaiting approval and never started ({status}): it runs now"
-    if action == "deny":
-        reason = f" ({detail.reason})" if detail is not None and detail.reason else ""
-        return f"a person denied it{reason}: it never runs; the model is told"
-    return "it still awaits a person's decision: nothing runs and the model is not called"

@@ -53,10 +53,14 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], widths: Option
 
 
 def outcome(part: ToolPart, message: MessageWithParts) -> str:
-    """What recovery did to the call, read back from the store: keep, recall, interrupt or nothing;
-    for a call that needed a person's approval, the decision (approved, denied) or that it awaits one."""
+    """What recovery did to the call, read back from the store: keep, recall, reconciled,
+    interrupt (with whether it may have run or never started) or nothing; for a call that needed
+    a person's approval, the decision (approved, denied) or that it awaits one."""
     if part.interrupted:
-        return f"interrupt ({part.interrupt_reason})"
+        effect = part.effect
+        return f"interrupt ({part.interrupt_reason}): {effect}" if effect else f"interrupt ({part.interrupt_reason})"
+    if part.reconciled:
+        return f"reconciled: {part.effect}"
     if part.recalled:
         return "recall"
     if part.awaiting_approval:

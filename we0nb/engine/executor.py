@@ -16,7 +16,7 @@ import asyncio
 import inspect
 from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
-from .._ids import call_key, now
+from .._ids import now
 from ..messages import (ToolPart, ToolStateCompleted, ToolStateError, ToolStatePending, ToolStateRunning, ToolTime,
                         snapshot)
 from ..tools import (AnyToolDefinition, Reconciled, ToolContext, ToolError, ToolInputError, ToolOutputError,
@@ -35,14 +35,12 @@ __all__ = ["ToolExecutor", "interrupted", "denied", "key_of", "attempts_of"]
 def key_of(part: ToolPart) -> str:
     """The call's idempotency key: as first written with it (derived the same way for a call
     stored before keys were written)."""
-    key = part.state.metadata.get("idempotency_key")  # type: ignore[union-attr]
-    return key if isinstance(key, str) else call_key(part.session_id, part.id)
+    return part.idempotency_key  # (the one reading: ToolPart, messages.py)
 
 
 def attempts_of(part: ToolPart) -> int:
     """How many executions of the call have started, as the store says (0: never executed)."""
-    n = part.state.metadata.get("attempt")  # type: ignore[union-attr]
-    return n if isinstance(n, int) and not isinstance(n, bool) else 0
+    return part.attempts
 
 
 def _carried(part: ToolPart) -> dict[str, Any]:

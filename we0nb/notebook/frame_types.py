@@ -27,12 +27,13 @@ STATUSES = CATEGORIES["status"]
 INTERRUPT_REASONS = CATEGORIES["interrupt_reason"]
 #: a call's approval: awaiting a person's decision, approved or denied (NA: it needed none)
 APPROVALS = CATEGORIES["approval"]
-#: what became of a finished tool call (see :data:`TOOL_CALL_COLUMNS`)
-OUTCOMES = ("keep", "recall", "interrupt")
+#: what became of a finished tool call (see :data:`TOOL_CALL_COLUMNS`; SPEC §11 added the last two)
+OUTCOMES = ("keep", "recall", "interrupt", "reconciled", "in_doubt")
 FIXED_CATEGORIES = {**CATEGORIES, "outcome": OUTCOMES}
 
 # kind: "id"/"str"/"json" → string; "time" → datetime64[us, UTC] from epoch seconds;
-# "usd" → float64 (NaN: unknown); "int" → Int64; "count"/"order" → int64; "bool" → bool; "cat:<name>" → categorical;
+# "usd" → float64 (NaN: unknown); "int" → Int64; "count"/"order" → int64; "bool" → bool; "nbool" → boolean
+# (nullable); "cat:<name>" → categorical;
 # ("td", start, end) → end - start as timedelta64[us]; ("outcome",) → from status and the
 # flags (derived, not read).
 
@@ -95,7 +96,10 @@ TOOL_CALL_COLUMNS: dict[str, Any] = {
     "duration": ("td", "start", "end"),
     "interrupted": "bool",
     "interrupt_reason": "cat:interrupt_reason",
+    "in_doubt": "nbool",
     "recalled": "bool",
+    "reconciled": "bool",
+    "attempts": "count",
     "approval": "cat:approval",
     "approval_reason": "str",
     "approved_input": "json",
@@ -108,6 +112,7 @@ TOOL_CALL_COLUMNS: dict[str, Any] = {
     "message_id": "id",
     "part_id": "id",
     "call_id": "str",
+    "idempotency_key": "str",
 }
 
 TIME_DTYPE = "datetime64[us, UTC]"
@@ -117,12 +122,13 @@ _SORT_KEYS = ("session_id", "message_id", "part_id")
 
 
 def _read(kind: Any) -> Optional[str]:
-    """How a column of ``kind`` is read: "s" text, "f" float, "i" nullable int, "n" int, "b" bool."""
+    """How a column of ``kind`` is read: "s" text, "f" float, "i" nullable int, "n" int, "b" bool,
+    "B" nullable bool."""
     if isinstance(kind, tuple) or kind == "order":
         return None  # derived
     if kind in ("id", "str", "json") or kind.startswith("cat:"):
         return "s"
-    return {"time": "f", "usd": "f", "int": "i", "count": "n", "bool": "b"}[kind]
+    return {"time": "f", "usd": "f", "int": "i", "count": "n", "bool": "b", "nbool": "B"}[kind]
 
 
 # --------------------------------------------------------------------------- chunks
@@ -150,6 +156,8 @@ def convert(chunk: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
             out[name] = _strings(values)
         elif how == "i":
             out[name] = pa.array(values, type=pa.int64())
+        elif how == "B":
+            out[name] = pa.array(values, type=pa.bool_())
         else:
             out[name] = np.array(values, dtype=_NUMPY[how]).reshape(len(values))
     return out
@@ -162,8 +170,8 @@ def _join(parts: list, how: str) -> Any:
     """One column from its chunks: a (chunked) Arrow array or a NumPy array."""
     import pyarrow as pa
 
-    if how in ("s", "i"):  # chunked: joining a million strings would copy them all again
-        return pa.chunked_array(parts, type=pa.large_string() if how == "s" else pa.int64())
+    if how in ("s", "i", "B"):  # chunked: joining a million strings would copy them all again
+        return pa.chunked_array(parts, type={"s": pa.large_string(), "i": pa.int64(), "B": pa.bool_()}[how])
     if not parts:
         return np.zeros(0, dtype={"f": "float64", "n": "int64", "b": bool}[how])
     return np.concatenate(parts)
@@ -207,6 +215,16 @@ def _integers(arr: Any) -> Any:
     return pd.arrays.IntegerArray(data, mask)
 
 
+def _booleans(arr: Any) -> Any:
+    import pyarrow as pa
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    mask = np.asarray(arr.is_null(), dtype=bool)
+    data = np.asarray(arr.fill_null(False), dtype=bool)
+    return pd.arrays.BooleanArray(data, mask)
+
+
 def _to_time(seconds: np.ndarray) -> pd.DatetimeIndex:
     """Epoch seconds → UTC times in whole microseconds, rounding half up (the same arithmetic
     on every route); NaN → NaT. Built as int64 microseconds: ~10x cheaper than to_datetime."""
@@ -232,9 +250,13 @@ def _order(keys: Any) -> np.ndarray:
     return idx - start + 1
 
 
-def _outcome(status: pd.Categorical, interrupted: np.ndarray, recalled: np.ndarray) -> pd.Categorical:
-    """keep / recall / interrupt for a finished call (completed or error), NA while unfinished."""
-    codes = np.where(interrupted, 2, np.where(recalled, 1, 0))
+def _outcome(status: pd.Categorical, interrupted: np.ndarray, recalled: np.ndarray, in_doubt: Any,
+             reconciled: np.ndarray) -> pd.Categorical:
+    """What became of a finished call (completed or error), NA while unfinished: ``in_doubt``
+    (interrupted while running), ``interrupt`` (any other interrupt), ``reconciled`` (completed by
+    its reconcile), ``recall`` (executed again by a resume), else ``keep``."""
+    doubt = np.asarray(in_doubt.fillna(False), dtype=bool)
+    codes = np.where(interrupted, np.where(doubt, 4, 2), np.where(reconciled, 3, np.where(recalled, 1, 0)))
     finished = np.asarray(pd.Series(status).isin(["completed", "error"]), dtype=bool)
     return pd.Categorical.from_codes(np.where(finished, codes, -1), dtype=_cat_dtype(list(OUTCOMES)))
 
@@ -297,6 +319,8 @@ def build(chunks: list[dict[str, Any]], spec: dict[str, Any], group: Optional[st
             cols[name] = _to_time(base[name])
         elif kind == "int":
             cols[name] = _integers(base[name])
+        elif kind == "nbool":
+            cols[name] = _booleans(base[name])
         elif kind.startswith("cat:"):
             cols[name] = _categorical(base[name], name)
         else:
@@ -304,7 +328,8 @@ def build(chunks: list[dict[str, Any]], spec: dict[str, Any], group: Optional[st
     out: dict[str, Any] = {}
     for name, kind in spec.items():
         if kind == ("outcome",):
-            out[name] = _outcome(cols["status"], cols["interrupted"], cols["recalled"])
+            out[name] = _outcome(cols["status"], cols["interrupted"], cols["recalled"], cols["in_doubt"],
+                                 cols["reconciled"])
         elif isinstance(kind, tuple):
             out[name] = (cols[kind[2]] - cols[kind[1]]).as_unit("us")
         else:

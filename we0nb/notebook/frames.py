@@ -27,7 +27,8 @@ whatever the backend.
 
 **Corrupt rows**: a row whose JSON document does not parse does not break the frame. Its
 row is kept (its flat columns — ids, type, tool, status, times, flags — are valid), the
-values only the document holds (text, tool input/output/error/metadata) are NA, and a
+values only the document holds (text, tool input/output/error/metadata) are NA (a tool call's
+``attempts`` 0, ``reconciled`` False, its key derived from its ids), and a
 ``RuntimeWarning`` names it (session, message, part ids, table and why), as
 :class:`~we0nb.CorruptRecordError` does for a transcript.
 
@@ -58,6 +59,7 @@ from typing import Any, Callable, Iterable, Optional, Union, cast
 import numpy as np
 import pandas as pd
 
+from ..messages import in_doubt_of
 from ..persistence.sql.columns import CorruptRow, SqlReader, open_reader, persistence_of
 from ..persistence.sql.tables import message_columns, part_columns
 from .frame_types import (
@@ -260,6 +262,8 @@ def _port_parts(p: Any, ids, since, until, tools_only: bool) -> dict[str, list]:
                 row.update(input=_dump(st.input), output=getattr(st, "output", None),
                            error=getattr(st, "error", None), metadata=_dump(meta) if meta is not None else None)
                 row.update(_approval_columns(part))
+                row.update(idempotency_key=part.idempotency_key, attempts=part.attempts, reconciled=part.reconciled,
+                           in_doubt=in_doubt_of(cols["interrupted"], (meta or {}).get("in_doubt")))
             for k in names:
                 raw[k].append(row[k])
     return raw
@@ -341,17 +345,27 @@ def tool_calls_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = No
     """One row per tool call: what people read first, then times, then the ids that join.
 
     Columns: ``tool``, ``status``, ``outcome``, ``input`` (JSON), ``output``, ``error``,
-    ``duration``, ``interrupted``, ``interrupt_reason``, ``recalled``, ``approval``,
-    ``approval_reason``, ``approved_input`` (JSON), ``decided``, ``metadata`` (JSON),
-    ``start``, ``end``, ``session_id``, ``order``, ``message_id``, ``part_id``, ``call_id``.
+    ``duration``, ``interrupted``, ``interrupt_reason``, ``in_doubt``, ``recalled``,
+    ``reconciled``, ``attempts``, ``approval``, ``approval_reason``, ``approved_input`` (JSON),
+    ``decided``, ``metadata`` (JSON), ``start``, ``end``, ``session_id``, ``order``,
+    ``message_id``, ``part_id``, ``call_id``, ``idempotency_key``.
 
     ``outcome`` says what became of a finished call (status completed or error):
     ``"keep"`` — it finished in its own run and its result was kept; ``"recall"`` — a
-    resume ran it again (``recalled``: a read-only call that had not finished);
-    ``"interrupt"`` — it was stopped without a result and never run again
-    (``interrupted``; ``interrupt_reason`` is ``"resume"``, ``"prompt"``, ``"blocked"`` or ``"fork"``;
-    ``error`` holds the note). It is NA while the call is unfinished (pending, running).
-    ``order`` counts the calls of each session from 1.
+    resume ran it again (``recalled``: a read-only or idempotent call that had not finished);
+    ``"reconciled"`` — a resume asked its tool's reconcile, which found it had run
+    (``reconciled``; its output is the reconcile's); ``"in_doubt"`` — it was interrupted
+    while running: it may have run, nobody can tell; ``"interrupt"`` — it was stopped before
+    it started and never run (``interrupted``; ``interrupt_reason`` is ``"resume"``,
+    ``"prompt"``, ``"blocked"`` or ``"fork"``; ``error`` holds what the model was told). It is
+    NA while the call is unfinished (pending, running).
+
+    The exactly-once facts (SPEC §11), as the engine wrote them in the call's metadata:
+    ``idempotency_key`` (every call has one, from its first write), ``attempts`` (executions
+    started; 0 for a call never executed), ``in_doubt`` (nullable: True — interrupted while
+    running, it may have run; False — interrupted before it started, it had no effect; NA for
+    a call that was not interrupted) and ``reconciled``. ``order`` counts the calls of each
+    session from 1.
     """
     return _view("tool_calls_df", p, session_id, since, until, TOOL_CALL_COLUMNS, "session_id",
                  lambda reader, ids, lo, hi, convert: reader.parts(ids, lo, hi, convert, tools_only=True),

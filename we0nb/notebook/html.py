@@ -20,6 +20,7 @@ import html as _html
 import re
 from typing import Any, Iterable, Optional, Sequence
 
+from .._call_facts import COMPLETED_ON_RESUME, MAY_HAVE_RUN, NEVER_STARTED
 from .part_text import denied, dump, edited, to_json, tool_input, tool_result, tool_status
 from .plain import render_text  # re-exported: the mimebundle pairs it with the HTML
 from .styles import CSS, INLINE, STYLE, inline_styles  # CSS, INLINE and inline_styles are re-exported
@@ -35,6 +36,7 @@ __all__ = [
     "tool_table_html",
     "status_badge",
     "outcome_badge",
+    "effect_badge",
     "approval_badge",
     "inline_styles",
     "INLINE",
@@ -130,6 +132,17 @@ def _approval_note(part: Any) -> str:
 
 
 _OUTCOME_LABELS = {"keep": "kept", "recall": "recalled"}
+#: the badge class of each effect label (the words: :func:`we0nb.messages.effect_label`)
+_EFFECT_CLASSES = {MAY_HAVE_RUN: "in_doubt", NEVER_STARTED: "never_started", COMPLETED_ON_RESUME: "reconciled"}
+
+
+def effect_badge(part: Any) -> str:
+    """What recovery knows of the call's effect, as the store says ("" when nothing to say):
+    "may have run" (interrupted while running), "never started", "completed on resume"."""
+    label = getattr(part, "effect", None)
+    if label is None:
+        return ""
+    return f"<span class='we0-badge we0-o-{_EFFECT_CLASSES[label]}'>{esc(label)}</span>"
 
 
 def outcome_badge(outcome: str) -> str:
@@ -179,8 +192,8 @@ def tool_row_html(part: Any, recovery: Optional[str] = None, *, kept: bool = Fal
     if is_err:
         out_html = f"<span class='{'we0-warn' if status == 'interrupted' else 'we0-err'}'>{out_html}</span>"
     outcome = _outcome(part, recovery, kept)
-    badges = " ".join(b for b in (status_badge(status, label), outcome_badge(outcome) if outcome else "",
-                                  approval_badge(part)) if b)
+    badges = " ".join(b for b in (status_badge(status, label), effect_badge(part),
+                                  outcome_badge(outcome) if outcome else "", approval_badge(part)) if b)
     note = ("<div class='we0-note'>resume decides: run again if read-only, else interrupted</div>"
             if status == "unfinished" and cut else "") + _approval_note(part)
     shown = "interrupted" if part.interrupted else st.status  # as stored

@@ -35,6 +35,7 @@ from typing import Any, Callable, Optional
 
 from . import clicks
 from .approvals import ApprovalBox
+from .part_text import effects_sentence
 from .live import LiveView, _in_kernel, ipython_display
 
 __all__ = ["RunPanel", "STATUSES"]
@@ -352,7 +353,8 @@ class RunPanel:
         elif result.result == "approval":
             self._await_decisions(result.approvals)
         else:
-            self._set_status("finished", f"{result.steps} step(s)")
+            effects = effects_sentence(p for t in self.view.turns for p in t.parts)
+            self._set_status("finished", f"{result.steps} step(s)" + (f" · {effects}" if effects else ""))
         return result
 
     def _done(self, task: asyncio.Task) -> None:

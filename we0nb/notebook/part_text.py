@@ -79,3 +79,16 @@ def tool_result(part: Any) -> tuple[str, bool]:
     if st.status == "error":
         return st.error, True
     return "", False
+
+
+def effects_sentence(parts: Any) -> str:
+    """What recovery knows of the effects of these calls, from their stored metadata: "1 call may
+    have run · 2 never started · 1 completed on resume" ("" when there is nothing to say)."""
+    counts: dict[str, int] = {}
+    for p in parts:
+        label = getattr(p, "effect", None) if getattr(p, "type", None) == "tool" else None
+        if label is not None:
+            counts[label] = counts.get(label, 0) + 1
+    bits = [f"{n} call{'s' if n != 1 else ''} {label}" for label, n in counts.items()]
+    return " · ".join(bits)
+

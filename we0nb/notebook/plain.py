@@ -19,7 +19,8 @@ def tool_line(part: Any) -> str:
     out, is_err = tool_result(part)
     # no duration here: the plain text stays deterministic (nbval compares it)
     tail = f" -> {clip(out, 120)!r}" if out else ""
-    extra = (" [recalled]" if part.recalled else "") + _approval_text(part)
+    effect = getattr(part, "effect", None)
+    extra = (f" [{effect}]" if effect else "") + (" [recalled]" if part.recalled else "") + _approval_text(part)
     return f"tool {part.tool}({clip(tool_input(part), 120)}) {label}{extra}{tail}"
 
 

@@ -14,6 +14,7 @@ from typing import Any, Optional, cast
 import numpy as np
 import pandas as pd
 
+from .._call_facts import COMPLETED_ON_RESUME, MAY_HAVE_RUN, NEVER_STARTED
 from .frames import SessionIds, TimeLike, messages_df, tool_calls_df
 
 __all__ = ["plot_timeline", "plot_tools", "STEP_COLORS", "TOOL_COLORS", "APPROVAL_COLOR", "DENIED_COLOR", "tool_outcome", "THEME",
@@ -35,11 +36,12 @@ STEP_COLORS = {
 }
 #: the wait for a person's decision on a call that needed approval
 APPROVAL_COLOR = "#F0E442"
-OUTCOMES = ("completed", "error", "denied", "interrupted", "unfinished")
+OUTCOMES = ("completed", "reconciled", "error", "denied", "in_doubt", "interrupted", "unfinished")
 #: a call a person denied: it never ran and did not fail (reddish purple, apart from error's vermilion)
 DENIED_COLOR = "#CC79A7"
-_OUTCOME_COLORS = {"completed": TOOL_COLORS["completed"], "error": TOOL_COLORS["error"], "denied": DENIED_COLOR,
-                   "interrupted": TOOL_COLORS["interrupted"], "unfinished": TOOL_COLORS["pending"]}
+_OUTCOME_COLORS = {"completed": TOOL_COLORS["completed"], "reconciled": "#56B4E9", "error": TOOL_COLORS["error"],
+                   "denied": DENIED_COLOR, "in_doubt": "#882255", "interrupted": TOOL_COLORS["interrupted"],
+                   "unfinished": TOOL_COLORS["pending"]}
 
 
 #: text, axes, edges and grid on a transparent background: mid-grey reads at about 4:1 on both
@@ -81,15 +83,37 @@ def _new_axes(ncols: int = 1, figsize: Optional[tuple[float, float]] = None):
 
 
 def tool_outcome(calls: pd.DataFrame) -> pd.Series:
-    """Each tool call's outcome: ``completed``, ``error`` (failed), ``denied`` (a person said no:
-    it never ran, and counts as no failure), ``interrupted`` or ``unfinished``."""
+    """Each tool call's outcome: ``completed``, ``reconciled`` (completed on resume by its tool's
+    reconcile), ``error`` (failed), ``denied`` (a person said no: it never ran, and counts as no
+    failure), ``in_doubt`` (interrupted while running: it may have run), ``interrupted`` (any
+    other interrupt) or ``unfinished``."""
     out = pd.Series("unfinished", index=calls.index, dtype=object)
     out[calls["status"] == "completed"] = "completed"
+    if "reconciled" in calls:
+        out[calls["reconciled"] & (calls["status"] == "completed")] = "reconciled"
     out[(calls["status"] == "error") & ~calls["interrupted"]] = "error"
     if "approval" in calls:
         out[calls["approval"] == "denied"] = "denied"
     out[calls["interrupted"]] = "interrupted"
+    if "in_doubt" in calls:
+        out[calls["interrupted"] & calls["in_doubt"].fillna(False).astype(bool)] = "in_doubt"
     return pd.Series(pd.Categorical(out, categories=list(OUTCOMES)), index=calls.index, name="outcome")
+
+
+def _legend_label(outcome: str, calls: pd.DataFrame) -> str:
+    """An outcome as the legend names it, in the words people read everywhere
+    (:func:`we0nb.messages.effect_label`): "interrupted" says "never started" only when every such
+    call's stored ``in_doubt`` says so."""
+    if outcome == "reconciled":
+        return COMPLETED_ON_RESUME
+    if outcome == "in_doubt":
+        return f"interrupted: {MAY_HAVE_RUN}"
+    if outcome == "interrupted" and "in_doubt" in calls:
+        cut = calls.loc[calls["interrupted"], "in_doubt"]
+        cut = cut[cut.ne(True).fillna(True).astype(bool)]  # (the in doubt ones have their own bar)
+        if len(cut) and cut.notna().all():
+            return f"interrupted: {NEVER_STARTED}"
+    return outcome
 
 
 def _step_status(msg: pd.Series) -> str:
@@ -273,10 +297,11 @@ def plot_tools(p: Any, session_id: SessionIds = None, *, since: TimeLike = None,
     left = np.zeros(len(tools))
     for name in OUTCOMES:
         vals = counts[name].to_numpy(dtype=float)
-        out_ax.barh(y, vals, left=left, color=_OUTCOME_COLORS[name], edgecolor=INK, linewidth=0.4, label=name)
+        out_ax.barh(y, vals, left=left, color=_OUTCOME_COLORS[name], edgecolor=INK, linewidth=0.4,
+                    label=_legend_label(name, calls))
         left += vals
     total = counts.sum(axis=1).to_numpy(dtype=float)
-    failed = (counts["error"] + counts["interrupted"]).to_numpy(dtype=float)
+    failed = (counts["error"] + counts["interrupted"] + counts["in_doubt"]).to_numpy(dtype=float)
     for yi, (tot, bad) in enumerate(zip(total, failed)):
         out_ax.text(tot, yi, f"  {bad / tot:.0%} failed" if tot else "", va="center", fontsize="small")
     out_ax.set_yticks(y, tools)

@@ -55,6 +55,9 @@ font-weight:600;color:#fff;background:var(--jp-ui-font-color3,#9e9e9e);white-spa
 .we0 .we0-o-keep{background:#607d8b}
 .we0 .we0-id{word-break:break-all}
 .we0 .we0-o-recall{background:var(--jp-brand-color1,#1976d2)}
+.we0 .we0-o-in_doubt{background:#c62828}
+.we0 .we0-o-never_started{background:#607d8b}
+.we0 .we0-o-reconciled{background:#2e7d32}
 .we0 .we0-compaction{border:1px dashed var(--jp-border-color1,#bdbdbd);padding:.3em .5em;margin:.3em 0}
 .we0 .we0-cursor::after{content:"\\258D";color:var(--jp-brand-color1,#1976d2)}
 """.strip()
@@ -100,6 +103,9 @@ INLINE = {
     "we0-o-approved": "background-color:#00796b",
     "we0-o-keep": "background-color:#607d8b",
     "we0-o-recall": "background-color:#1976d2",
+    "we0-o-in_doubt": "background-color:#c62828",
+    "we0-o-never_started": "background-color:#607d8b",
+    "we0-o-reconciled": "background-color:#2e7d32",
     "we0-note": "font-size:11px;opacity:0.85",
     "we0-err": "color:#d32f2f",
     "we0-warn": "color:#f57c00",

@@ -43,7 +43,8 @@ MESSAGE_NAMES = ("session_id", "message_id", "role", "created", "completed", "pa
 PART_NAMES = ("session_id", "message_id", "part_id", "tool", "status", "start", "end", "type", "text")
 TOOL_CALL_NAMES = ("session_id", "message_id", "part_id", "tool", "status", "start", "end", "call_id", "interrupted",
                    "interrupt_reason", "recalled", "input", "output", "error", "metadata", "approval",
-                   "approval_reason", "approved_input", "decided")
+                   "approval_reason", "approved_input", "decided", "idempotency_key", "attempts", "in_doubt",
+                   "reconciled")
 
 #: applied to each chunk (``name → tuple of values``) as it is read (e.g. into arrays)
 Convert = Callable[[dict[str, Any]], Any]
@@ -107,7 +108,9 @@ class ColumnReader(Protocol):
               until: Optional[int] = None, convert: Optional[Convert] = None, *, tools_only: bool = False) -> Fetched:
         """One row per part (:data:`PART_NAMES`; ``text``: a text/reasoning part's text or a compaction's
         summary), or per tool call with ``tools_only`` (:data:`TOOL_CALL_NAMES`: input and metadata as
-        compact JSON, the approval's reason, corrected input and decision time)."""
+        compact JSON, the approval's reason, corrected input and decision time, and the exactly-once
+        facts as :class:`~we0nb.messages.ToolPart` reads them: ``idempotency_key``, ``attempts``,
+        ``in_doubt`` (None unless interrupted) and ``reconciled``)."""
 
     @abc.abstractmethod
     def batches(self) -> list[BatchInfo]:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import pydantic_core
 
-from ..messages import MessageWithParts, Part, Transcript
+from ..messages import MessageWithParts, Part, Transcript, in_doubt_of
 from .batches import BatchInfo, BatchItem
 from .columns import MESSAGE_NAMES, PART_NAMES, SESSION_NAMES, TOOL_CALL_NAMES, ColumnReader, Convert, Fetched
 
@@ -112,6 +112,10 @@ def _part_row(sid: str, part: Part, tools_only: bool) -> dict[str, Any]:
                    output=getattr(st, "output", None), error=getattr(st, "error", None),
                    metadata=_dump(meta) if meta is not None else None)
         row.update(_approval(part))
+        # the exactly-once facts, read as ToolPart reads them (in doubt: of a call flagged interrupted)
+        row.update(idempotency_key=part.idempotency_key, attempts=part.attempts,  # type: ignore[union-attr]
+                   in_doubt=in_doubt_of(cols["interrupted"], (meta or {}).get("in_doubt")),
+                   reconciled=part.reconciled)  # type: ignore[union-attr]
     return row
 
 

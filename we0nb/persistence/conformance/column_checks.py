@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
-from ..._ids import new_id
+from ..._ids import call_key, new_id
 from ...messages import ToolApproval, ToolPart, ToolStateCompleted, ToolStatePending, ToolTime
 from ..batches import ItemEnd, NewItem
 from ..columns import Fetched
@@ -110,7 +110,7 @@ async def column_reads_agree_with_the_records(h: Harness) -> None:
     ref = await _reference(h, sids)
     where, counts = await _reading(h, lambda reader: (reader.where, _compare(reader, ref, sids, None, None)))
     expect(isinstance(where, str) and where, "the reader names its store")
-    equal(counts, {"sessions": 3, "messages": 6, "parts": 30, "tool calls": 15}, "the rows read")
+    equal(counts, {"sessions": 3, "messages": 6, "parts": 34, "tool calls": 19}, "the rows read")
 
 
 @columns
@@ -122,13 +122,42 @@ async def column_reads_select_sessions_and_creation_times(h: Harness) -> None:
 
     def read(reader: Any) -> None:
         only = _compare(reader, ref, sids[:1], None, None)
-        equal(only, {"sessions": 1, "messages": 2, "parts": 14, "tool calls": 8}, "one session's rows")
+        equal(only, {"sessions": 1, "messages": 2, "parts": 16, "tool calls": 10}, "one session's rows")
         window = _compare(reader, ref, sids, 11_000_000, 11_000_001)  # the assistant messages created at 11.0
-        equal(window, {"sessions": 0, "messages": 2, "parts": 23, "tool calls": 13}, "rows created at 11.0")
+        equal(window, {"sessions": 0, "messages": 2, "parts": 27, "tool calls": 17}, "rows created at 11.0")
         equal(_compare(reader, ref, sids, None, 1_500_000)["sessions"], 0, "sessions created before 1.5 s")
         equal(_compare(reader, ref, sids, 1_500_000, None)["sessions"], 3, "sessions created from 1.5 s")
 
     await _reading(h, read)
+
+
+@columns
+async def column_reads_of_exactly_once_facts(h: Harness) -> None:
+    """A tool call's key, attempts, in doubt and reconciled (SPEC §11) as the engine wrote them in
+    its metadata; a member of the wrong JSON type is not read (the key is then derived)."""
+    sids = await _histories(h)
+    got = await _reading(h, lambda reader: reader.parts(sids[:2], tools_only=True))
+    every = [dict(zip(got.names, row)) for chunk in got.chunks for row in zip(*(chunk[n] for n in got.names))]
+    rows = {r["call_id"]: r for r in every if r["session_id"] == sids[0]}
+    names = ("idempotency_key", "attempts", "in_doubt", "reconciled")
+
+    def facts(call_id: str) -> tuple[Any, ...]:
+        r = rows[call_id]
+        return tuple(_plain(r[n]) if n != "in_doubt" else r[n] for n in names)
+
+    def derived(call_id: str) -> str:
+        return call_key(rows[call_id]["session_id"], rows[call_id]["part_id"])
+
+    equal(facts("c1"), (derived("c1"), 0, None, 0), "a pending call with members of the wrong types")
+    equal(facts("c2"), ("key-c2", 1, None, 0), "a running call")
+    equal(facts("c3"), (derived("c3"), 2, None, 0), "a recalled call without a stored key")
+    equal(facts("c4"), ("key-c4", 1, True, 0), "a call interrupted while running")
+    equal(facts("c6"), ("key-c6", 1, None, 1), "a call completed by its reconcile")
+    equal(facts("c7"), (derived("c7"), 0, False, 0), "a call interrupted before it started")
+    nul = [r for r in every if r["tool"] == "t2"]
+    equal([(_plain(r["attempts"]), r["in_doubt"], _plain(r["reconciled"]), r["idempotency_key"]) for r in nul],
+          [(0, None, 0, call_key(nul[0]["session_id"], nul[0]["part_id"]))],
+          "an interrupted call whose members have the wrong types (read off a document with NUL)")
 
 
 @check(CHECKS, "batches", "columns")

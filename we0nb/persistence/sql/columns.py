@@ -262,7 +262,7 @@ class SqlReader(ColumnReader):
             q.docs = [self._member("input", ("state", "input"), True), self._member("output", ("state", "output")),
                       self._member("error", ("state", "error")), self._member("metadata", ("state", "metadata"), True),
                       self._member("approval", ("approval",)), self._member("approval_detail", ("approval_detail",), True)]
-            q.finish, q.finished = _approval_columns, list(TOOL_CALL_NAMES)
+            q.finish, q.finished = _tool_call_columns, list(TOOL_CALL_NAMES)
             # ``type || ''`` keeps SQLite from walking ix_we0_parts_tool and looking rows up in
             # index order (random reads): a sequential scan is ~1.5x cheaper; a session filter
             # still uses the session index, and PostgreSQL plans it the same way
@@ -445,6 +445,13 @@ def _json_member(doc: dict, path: Sequence[str], as_json: bool) -> Optional[str]
     if v is None:
         return None
     return v if isinstance(v, str) and not as_json else _dump(v)
+
+
+def _tool_call_columns(chunk: dict[str, Any]) -> dict[str, Any]:
+    """The approval columns, then the exactly-once ones (:func:`.call_facts.exactly_once_columns`)."""
+    from .call_facts import exactly_once_columns
+
+    return exactly_once_columns(_approval_columns(chunk))
 
 
 def _approval_columns(chunk: dict[str, Any]) -> dict[str, Any]:
