@@ -1,0 +1,367 @@
+"""SPEC §11's guarantee under SIGKILL at random instants, with real external effects (issue 33).
+
+Each trial forks a child (``eo_crash_worker.py``, through its zygote) that runs a three-call
+turn on a SQLite file or a PostgreSQL store, SIGKILLs it after a seeded random delay, often
+starts a second (and third) child that resumes and kills it too, then resumes in this
+process to the end. The effects are real and read back from where they happened:
+
+  http    an ``idempotent=True`` tool against a payments service on 127.0.0.1 that
+          deduplicates on ``Idempotency-Key`` (``payments_service.py``, Stripe's rules)
+  pg      a ``reconcile=`` tool whose effect is a row keyed by the call's key in a
+          PostgreSQL table (the key is the primary key); the reconcile looks it up
+  ledger  a plain ``side_effects=True`` tool appending to a file
+
+Invariants: http and pg — every call ends completed with exactly one effect; ledger — at
+most one effect per call, none for a call that ends interrupted with ``in_doubt`` False.
+
+``WE0NB_EO_TRIALS`` (default 4) trials per variant and store; ``WE0NB_EO_SEED`` (default
+33) seeds the kill instants; ``WE0NB_EO_ONLY=<n>`` runs trial n alone. Each trial prints its
+seed label, its kill delays and what the store held at each kill, so a failure can be
+replayed (the instant is a delay, so a replay lands near, not exactly on, the same point).
+Run with ``-s`` to see the table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pytest
+
+from eo_crash_worker import CALLS, EFFECTS_TABLE, Config, create_effects_table, make_agent, pg_connect, run
+from payments_service import PaymentsService
+from sql_support import PG_SKIP_REASON, PG_URL, create_schema, drop_schema
+from we0nb import ToolPart, Transcript
+from we0nb._ids import new_id
+
+pytestmark = pytest.mark.crash
+
+WORKER = Path(__file__).with_name("eo_crash_worker.py")
+TRIALS = int(os.environ.get("WE0NB_EO_TRIALS", "4"))
+SEED = os.environ.get("WE0NB_EO_SEED", "33")
+ONLY = os.environ.get("WE0NB_EO_ONLY")
+
+
+class Zygote:
+    """``eo_crash_worker.py --zygote``: imports once, forks a worker per request."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp, self.n = tmp, 0
+        self.proc = subprocess.Popen([sys.executable, str(WORKER), "--zygote"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def _ask(self, req: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"the zygote died (exit {self.proc.poll()})"
+        return json.loads(line)
+
+    def spawn(self, cfg: Config, session: str) -> tuple[int, Path]:
+        self.n += 1
+        log = self.tmp / f"worker{self.n}.log"
+        return self._ask({"op": "spawn", "argv": cfg.argv() + ["--session", session], "log": str(log)})["pid"], log
+
+    def wait(self, pid: int) -> int:
+        return self._ask({"op": "wait", "pid": pid})["status"]
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+        self.proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zygote]:
+    z = Zygote(tmp_path_factory.mktemp("eo_zygote"))
+    try:
+        yield z
+    finally:
+        z.close()
+
+
+@pytest.fixture(scope="module")
+def service() -> Iterator[PaymentsService]:
+    s = PaymentsService()
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def pg_schema() -> Iterator[Optional[str]]:
+    """One PostgreSQL schema for the module: the PostgreSQL store's tables and the effects table."""
+    if PG_URL is None:
+        yield None
+        return
+    schema = create_schema()
+    create_effects_table(PG_URL, schema)
+    try:
+        yield schema
+    finally:
+        drop_schema(schema)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def base(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, pg_schema: Optional[str],
+         service: PaymentsService) -> Config:
+    """The store (a SQLite file or the module's PostgreSQL schema) and where the effects go."""
+    if request.param == "postgres" and pg_schema is None:
+        pytest.skip(PG_SKIP_REASON)
+    if request.param == "sqlite":
+        store_url, store_schema = f"sqlite:///{tmp_path_factory.getbasetemp() / 'eo_store.db'}", None
+    else:
+        store_url, store_schema = PG_URL, pg_schema  # type: ignore[assignment]
+    return Config("http", store_url, store_schema, service=service.url,
+                  pg_url=PG_URL, pg_schema=pg_schema)
+
+
+def for_variant(base: Config, variant: str, ledger: Path) -> Config:
+    if variant == "pg" and base.pg_schema is None:
+        pytest.skip(f"the pg variant's effect is a PostgreSQL row: {PG_SKIP_REASON}")
+    return replace(base, variant=variant, ledger=str(ledger))
+
+
+# --------------------------------------------------------------------------- reading back
+
+
+def load(cfg: Config, session: str) -> Transcript:
+    async def go() -> Transcript:
+        agent = make_agent(cfg)
+        try:
+            return await agent.persistence.load_transcript(session)
+        finally:
+            await agent.persistence.close()
+
+    return asyncio.run(go())
+
+
+def pay_parts(tr: Transcript) -> dict[int, ToolPart]:
+    parts: dict[int, ToolPart] = {}
+    for m in tr.messages:
+        for p in m.tool_parts:
+            n = p.state.input["n"]
+            assert n not in parts, f"pay(n={n}) was called twice"
+            parts[n] = p
+    return parts
+
+
+def effects(cfg: Config, service: PaymentsService) -> dict[str, int]:
+    """How many effects each idempotency key has, read from where they happened."""
+    if cfg.variant == "http":
+        return {k: len(v) for k, v in service.charges_by_key().items()}
+    if cfg.variant == "pg":
+        with pg_connect(cfg.pg_url, cfg.pg_schema) as conn:
+            return {k: c for k, c in conn.execute(f"SELECT key, count(*) FROM {EFFECTS_TABLE} GROUP BY key")}
+    path = Path(cfg.ledger or "")
+    counts: collections.Counter[str] = collections.Counter()
+    for line in path.read_text().splitlines() if path.exists() else []:
+        counts[json.loads(line)["key"]] += 1
+    return dict(counts)
+
+
+def key_of(p: ToolPart) -> str:
+    key = p.state.metadata.get("idempotency_key")
+    assert isinstance(key, str) and key, f"call {p.call_id} has no idempotency key"
+    return key
+
+
+def snapshot(cfg: Config, session: str, service: PaymentsService) -> str:
+    """What the store and the world held: per call, its state's letter and its effects (``r1``:
+    running, one effect; ``-0``: not written yet)."""
+    parts, fx = pay_parts(load(cfg, session)), effects(cfg, service)
+    out = []
+    for n in range(1, CALLS + 1):
+        p = parts.get(n)
+        out.append("-0" if p is None else f"{p.state.status[0]}{fx.get(key_of(p), 0)}")
+    return " ".join(out)
+
+
+def outcome(p: ToolPart) -> str:
+    meta = p.state.metadata
+    if p.state.status == "completed":
+        return "reconciled" if meta.get("reconciled") else "recall" if meta.get("recalled") else "keep"
+    if p.interrupted:
+        return "in_doubt" if meta.get("in_doubt") else "interrupt"
+    return "error"
+
+
+# --------------------------------------------------------------------------- one trial
+
+
+@dataclass
+class Trial:
+    label: str
+    kills: list[tuple[float, int, str]]  # (delay in ms, exit code, snapshot after it)
+    outcomes: tuple[str, ...] = ()
+    effects: tuple[int, ...] = ()
+
+    def row(self) -> str:
+        kills = "  ".join(f"{d:5.0f}ms{'' if code else ' (ended)'} [{snap}]" for d, code, snap in self.kills)
+        return (f"{self.label:<22} {' '.join(f'{o:<10}' for o in self.outcomes)} fx={self.effects}  "
+                f"kills: {kills}")
+
+
+def kill_after(z: Zygote, cfg: Config, session: str, delay: float) -> int:
+    pid, log = z.spawn(cfg, session)
+    time.sleep(delay)
+    os.kill(pid, signal.SIGKILL)  # a child that already ended is a zombie until reaped: no error
+    code = z.wait(pid)
+    assert code in (0, -signal.SIGKILL), f"the worker failed ({code}):\n{log.read_text()}"
+    return code
+
+
+def finish(cfg: Config, session: str) -> None:
+    async def go() -> None:
+        agent = make_agent(cfg)
+        try:
+            result = await run(agent, session)
+        finally:
+            await agent.persistence.close()
+        assert (result.result, result.text) == ("stop", "All done."), result
+
+    asyncio.run(go())
+
+
+def check(cfg: Config, session: str, service: PaymentsService, before: dict[str, int]) -> tuple[tuple[str, ...],
+                                                                                               tuple[int, ...]]:
+    """The invariants; the calls' outcomes and effect counts."""
+    tr = load(cfg, session)
+    parts = pay_parts(tr)
+    assert sorted(parts) == list(range(1, CALLS + 1)), sorted(parts)
+    assert tr.messages[-1].text == "All done."
+    fx = effects(cfg, service)
+    new = {k: c - before.get(k, 0) for k, c in fx.items() if c != before.get(k, 0)}
+    keys = {key_of(p) for p in parts.values()}
+    assert set(new) <= keys, f"effects under keys no call of this session has: {set(new) - keys}"
+    for n, p in parts.items():
+        count, meta = new.get(key_of(p), 0), p.state.metadata
+        if cfg.variant in ("http", "pg"):  # exactly once, completed
+            assert p.state.status == "completed", f"pay(n={n}) ended {p.state.status}: {meta}"
+            assert count == 1, f"pay(n={n}) had {count} effects"
+            assert p.state.output == f"row {n}" if cfg.variant == "pg" else p.state.output.startswith(
+                f"charged {100 + n} as ch_")
+        else:  # at most once; never started means no effect
+            assert count <= 1, f"pay(n={n}) had {count} effects"
+            assert p.state.status in ("completed", "error")
+            if p.state.status == "completed":
+                assert count == 1 and outcome(p) == "keep"
+            else:
+                assert p.interrupted and isinstance(meta.get("in_doubt"), bool), meta
+                if meta["in_doubt"] is False:
+                    assert count == 0, f"pay(n={n}) is interrupted as never started but had an effect"
+    if cfg.variant == "http":  # the output is the service's saved response for the call's one charge
+        charges = service.charges_by_key()
+        for p in parts.values():
+            assert p.state.output.endswith(charges[key_of(p)][0]["id"])
+    return tuple(outcome(parts[n]) for n in sorted(parts)), tuple(new.get(key_of(parts[n]), 0) for n in sorted(parts))
+
+
+def one_trial(z: Zygote, cfg: Config, service: PaymentsService, label: str, horizon: float) -> Trial:
+    rng = random.Random(label)
+    session = new_id("ses")
+    before = effects(cfg, service)
+    trial = Trial(label, [])
+    for _ in range(rng.choice((1, 1, 2, 3))):  # some are killed again while they resume
+        delay = rng.uniform(0, horizon)
+        code = kill_after(z, cfg, session, delay)
+        trial.kills.append((delay * 1000, code, snapshot(cfg, session, service)))
+    try:
+        finish(cfg, session)
+        trial.outcomes, trial.effects = check(cfg, session, service, before)
+    except BaseException:
+        print(f"\nFAILED {trial.row()}\n  replay: WE0NB_EO_SEED={SEED} WE0NB_EO_ONLY={label.rsplit(':', 1)[1]}",
+              flush=True)
+        raise
+    return trial
+
+
+def calibrate(z: Zygote, cfg: Config, service: PaymentsService) -> float:
+    """How long a whole turn takes in a child now, the quicker of two (the kill delays are drawn
+    up to it); each must end with every call kept and charged once."""
+    times = []
+    for _ in range(2):
+        session = new_id("ses")
+        before = effects(cfg, service)
+        start = time.perf_counter()
+        pid, log = z.spawn(cfg, session)
+        assert z.wait(pid) == 0, log.read_text()
+        times.append(time.perf_counter() - start)
+        assert check(cfg, session, service, before) == (("keep",) * CALLS, (1,) * CALLS)
+    return min(times)
+
+
+@pytest.mark.parametrize("variant", ["http", "pg", "ledger"])
+def test_random_sigkills_then_resume(zygote: Zygote, service: PaymentsService, base: Config, variant: str,
+                                     tmp_path: Path) -> None:
+    cfg = for_variant(base, variant, tmp_path / "ledger.jsonl")
+    store = "postgres" if cfg.store_schema else "sqlite"
+    horizon = calibrate(zygote, cfg, service)
+    numbers = [int(ONLY)] if ONLY else range(TRIALS)
+    print(f"\n{variant} on {store}: {len(numbers)} trials, kill delays drawn from 0..{horizon * 1000:.0f} ms "
+          f"(one uninterrupted turn); per call: outcome, effects")
+    trials = []
+    for i in numbers:
+        trials.append(one_trial(zygote, cfg, service, f"{SEED}:{variant}:{store}:{i}", horizon))
+        print("  " + trials[-1].row(), flush=True)
+    tally = collections.Counter(o for t in trials for o in t.outcomes)
+    kills = collections.Counter(code == 0 for t in trials for _, code, _ in t.kills)
+    print(f"  => {variant}/{store}: {len(trials)} trials, {kills[False]} kills (+{kills[True]} children that "
+          f"ended first), outcomes {dict(sorted(tally.items()))}", flush=True)
+
+
+# --------------------------------------------------------------------------- approval (SPEC §11, §10)
+
+
+@pytest.mark.parametrize("phase", ["before_charge", "after_charge"])
+def test_an_approved_idempotent_call_killed_while_it_runs_completes_exactly_once(
+        zygote: Zygote, service: PaymentsService, base: Config, phase: str) -> None:
+    cfg = replace(base, approval=True)
+    session = new_id("ses")
+
+    async def ask_then_approve() -> str:
+        agent = make_agent(cfg)
+        try:
+            result = await run(agent, session)
+            if result.result == "approval":
+                for p in await agent.pending_approvals(session):
+                    await agent.approve(session, p.call_id)
+            return result.result
+        finally:
+            await agent.persistence.close()
+
+    assert asyncio.run(ask_then_approve()) == "approval"
+    hold = service.hold(phase)
+    pid, log = zygote.spawn(cfg, session)  # runs the approved calls: pay(1) first
+    assert hold.reached.wait(60), log.read_text()
+    assert snapshot(cfg, session, service) == ("r0 p0 -0" if phase == "before_charge" else "r1 p0 -0")
+    os.kill(pid, signal.SIGKILL)
+    assert zygote.wait(pid) == -signal.SIGKILL
+    hold.release.set()  # the server finishes the request its dead client made
+
+    for _ in range(4):
+        if asyncio.run(ask_then_approve()) == "stop":
+            break
+    else:
+        pytest.fail("the run kept asking for approval")
+    parts = pay_parts(load(cfg, session))
+    charges = service.charges_by_key()
+    for n, p in parts.items():
+        assert p.approval == "approved" and p.state.status == "completed", (n, p.state)
+        [charge] = charges[key_of(p)]
+        assert p.state.output == f"charged {100 + n} as {charge['id']}"
+    assert parts[1].recalled and parts[1].state.metadata["attempt"] == 2
