@@ -13,8 +13,8 @@ it has seen), so the same model serves the first run and every resume. ``pay`` c
   ledger  ``@tool`` (side effects, neither keyword): append a line to a file (fsync'd)
 
 Each tool waits a little before and after its effect, so random kill instants land before,
-during and after effects. A run (``main``) resumes the session when the store has it and
-starts it otherwise. Run directly, or as ``--zygote``: a process that has imported
+during and after effects. A run (``main``) opens the store, prints ``READY`` (the kill delays
+count from there), then resumes the session when the store has it and starts it otherwise. Run directly, or as ``--zygote``: a process that has imported
 everything and forks one worker per request (a worker then starts in milliseconds).
 """
 
@@ -175,6 +175,8 @@ async def main(args: argparse.Namespace) -> int:
                  args.ledger, args.approval)
     agent = make_agent(cfg)
     try:
+        await agent.persistence.load_transcript(args.session)  # connected, tables checked: the turn starts now
+        print("READY", flush=True)
         result = await run(agent, args.session)
         print("RESULT " + json.dumps({"result": result.result, "text": result.text}), flush=True)
     finally:

@@ -1,7 +1,8 @@
 """SPEC §11's guarantee under SIGKILL at random instants, with real external effects (issue 33).
 
 Each trial forks a child (``eo_crash_worker.py``, through its zygote) that runs a three-call
-turn on a SQLite file or a PostgreSQL store, SIGKILLs it after a seeded random delay, often
+turn on a SQLite file or a PostgreSQL store, SIGKILLs it a seeded random delay into the turn
+(counted from when it has opened its store: the kills land on the turn, not on start-up), often
 starts a second (and third) child that resumes and kills it too, then resumes in this
 process to the end. The effects are real and read back from where they happened:
 
@@ -216,8 +217,18 @@ class Trial:
                 f"kills: {kills}")
 
 
+def ready(pid: int, log: Path) -> None:
+    """Wait until the worker has opened its store (it prints READY): the turn starts now."""
+    deadline = time.monotonic() + 60
+    while "READY" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, f"worker {pid} never got ready:\n{log.read_text()}"
+        time.sleep(0.001)
+
+
 def kill_after(z: Zygote, cfg: Config, session: str, delay: float) -> int:
+    """Start a worker, SIGKILL it ``delay`` seconds into its turn; its exit code (0: it ended first)."""
     pid, log = z.spawn(cfg, session)
+    ready(pid, log)
     time.sleep(delay)
     os.kill(pid, signal.SIGKILL)  # a child that already ended is a zombie until reaped: no error
     code = z.wait(pid)
@@ -291,14 +302,15 @@ def one_trial(z: Zygote, cfg: Config, service: PaymentsService, label: str, hori
 
 
 def calibrate(z: Zygote, cfg: Config, service: PaymentsService) -> float:
-    """How long a whole turn takes in a child now, the quicker of two (the kill delays are drawn
-    up to it); each must end with every call kept and charged once."""
+    """How long a whole turn takes in a child now, from READY to its end, the quicker of two (the
+    kill delays are drawn up to it); each must end with every call kept and charged once."""
     times = []
     for _ in range(2):
         session = new_id("ses")
         before = effects(cfg, service)
-        start = time.perf_counter()
         pid, log = z.spawn(cfg, session)
+        ready(pid, log)
+        start = time.perf_counter()
         assert z.wait(pid) == 0, log.read_text()
         times.append(time.perf_counter() - start)
         assert check(cfg, session, service, before) == (("keep",) * CALLS, (1,) * CALLS)
@@ -313,7 +325,7 @@ def test_random_sigkills_then_resume(zygote: Zygote, service: PaymentsService, b
     horizon = calibrate(zygote, cfg, service)
     numbers = [int(ONLY)] if ONLY else range(TRIALS)
     print(f"\n{variant} on {store}: {len(numbers)} trials, kill delays drawn from 0..{horizon * 1000:.0f} ms "
-          f"(one uninterrupted turn); per call: outcome, effects")
+          f"after READY (one uninterrupted turn); per call: outcome, effects")
     trials = []
     for i in numbers:
         trials.append(one_trial(zygote, cfg, service, f"{SEED}:{variant}:{store}:{i}", horizon))
