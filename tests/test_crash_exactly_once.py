@@ -331,9 +331,18 @@ def test_random_sigkills_then_resume(zygote: Zygote, service: PaymentsService, b
         trials.append(one_trial(zygote, cfg, service, f"{SEED}:{variant}:{store}:{i}", horizon))
         print("  " + trials[-1].row(), flush=True)
     tally = collections.Counter(o for t in trials for o in t.outcomes)
-    kills = collections.Counter(code == 0 for t in trials for _, code, _ in t.kills)
-    print(f"  => {variant}/{store}: {len(trials)} trials, {kills[False]} kills (+{kills[True]} children that "
-          f"ended first), outcomes {dict(sorted(tally.items()))}", flush=True)
+    landed = collections.Counter(landing(code, snap) for t in trials for _, code, snap in t.kills)
+    print(f"  => {variant}/{store}: {len(trials)} trials; kills landed {dict(sorted(landed.items()))}; "
+          f"outcomes {dict(sorted(tally.items()))}", flush=True)
+
+
+def landing(code: int, snap: str) -> str:
+    """Where a kill landed, from the snapshot taken after it."""
+    if code == 0:
+        return "after the end"
+    if " r" in f" {snap}":
+        return "a call running"
+    return "before any call" if snap == "-0 -0 -0" else "between calls"
 
 
 # --------------------------------------------------------------------------- approval (SPEC §11, §10)
