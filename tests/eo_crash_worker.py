@@ -32,13 +32,14 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from we0nb import Reconciled, RunResult, SqlPersistence, ToolContext, We0Agent, tool, user_message
-from we0nb.models.base import AssistantTurn, ModelRequest
+from we0nb.models.base import AssistantTurn, ModelRequest, UserTurn
 from we0nb.testing import FunctionModel, text, tool_call
 
 VARIANTS = ("http", "pg", "ledger")
 CALLS = 3
 PAUSE = 0.01  # seconds each tool waits before and after its effect
 EFFECTS_TABLE = "eoproof_effects"
+STOP = "Stop."  # a new prompt that ends the turn where it is
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,10 @@ class Config:
 
 
 def plan(request: ModelRequest) -> Any:
-    """The model: pay 1 and 2 in one step, then 3, then say so."""
+    """The model: pay 1 and 2 in one step, then 3, then say so; "Stop." stops it."""
+    users = [m for m in request.messages if isinstance(m, UserTurn)]
+    if users and users[-1].text == STOP:
+        return [text("Stopped.")]
     seen = sum(1 for m in request.messages if isinstance(m, AssistantTurn) for c in m.tool_calls if c.name == "pay")
     if seen < 2:
         return [text("Paying the first two."), *(tool_call("pay", {"n": n}) for n in range(seen + 1, 3))]

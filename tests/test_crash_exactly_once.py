@@ -13,7 +13,11 @@ process to the end. The effects are real and read back from where they happened:
   ledger  a plain ``side_effects=True`` tool appending to a file
 
 Invariants: http and pg — every call ends completed with exactly one effect; ledger — at
-most one effect per call, none for a call that ends interrupted with ``in_doubt`` False.
+most one effect per call, none for a call that ends interrupted with ``in_doubt`` False. Each
+is also run ending with a new prompt instead of the resume (a prompt executes nothing): then
+every variant has at most one effect per call, none when interrupted with ``in_doubt``
+False, and the pg calls are completed exactly when their row exists (the reconcile of a
+``running`` call decides), never in doubt.
 
 ``WE0NB_EO_TRIALS`` (default 4) trials per variant and store; ``WE0NB_EO_SEED`` (default
 33) seeds the kill instants; ``WE0NB_EO_ONLY=<n>`` runs trial n alone. Each trial prints its
@@ -39,10 +43,10 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
-from eo_crash_worker import CALLS, EFFECTS_TABLE, Config, create_effects_table, make_agent, pg_connect, run
+from eo_crash_worker import CALLS, EFFECTS_TABLE, STOP, Config, create_effects_table, make_agent, pg_connect, run
 from payments_service import PaymentsService
 from sql_support import PG_SKIP_REASON, PG_URL, create_schema, drop_schema
-from we0nb import ToolPart, Transcript
+from we0nb import ToolPart, Transcript, user_message
 from we0nb._ids import new_id
 
 pytestmark = pytest.mark.crash
@@ -213,7 +217,7 @@ class Trial:
 
     def row(self) -> str:
         kills = "  ".join(f"{d:5.0f}ms{'' if code else ' (ended)'} [{snap}]" for d, code, snap in self.kills)
-        return (f"{self.label:<22} {' '.join(f'{o:<10}' for o in self.outcomes)} fx={self.effects}  "
+        return (f"{self.label:<29} {' '.join(f'{o:<10}' for o in self.outcomes)} fx={self.effects}  "
                 f"kills: {kills}")
 
 
@@ -236,53 +240,62 @@ def kill_after(z: Zygote, cfg: Config, session: str, delay: float) -> int:
     return code
 
 
-def finish(cfg: Config, session: str) -> None:
+def finish(cfg: Config, session: str, final: str) -> None:
+    """Resume to the end, or (``final="prompt"``) send a new message that stops the turn."""
     async def go() -> None:
         agent = make_agent(cfg)
         try:
-            result = await run(agent, session)
+            if final == "resume":
+                result = await run(agent, session)
+            else:
+                result = await agent.invoke(session_id=session, messages=[user_message(STOP)])
         finally:
             await agent.persistence.close()
-        assert (result.result, result.text) == ("stop", "All done."), result
+        assert (result.result, result.text) == ("stop", "All done." if final == "resume" else "Stopped."), result
 
     asyncio.run(go())
 
 
-def check(cfg: Config, session: str, service: PaymentsService, before: dict[str, int]) -> tuple[tuple[str, ...],
-                                                                                               tuple[int, ...]]:
-    """The invariants; the calls' outcomes and effect counts."""
+def check(cfg: Config, session: str, service: PaymentsService, before: dict[str, int],
+          final: str = "resume") -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The invariants; the calls' outcomes and effect counts (``-`` for a call never made)."""
     tr = load(cfg, session)
     parts = pay_parts(tr)
-    assert sorted(parts) == list(range(1, CALLS + 1)), sorted(parts)
-    assert tr.messages[-1].text == "All done."
+    if final == "resume":
+        assert sorted(parts) == list(range(1, CALLS + 1)), sorted(parts)
+    assert set(parts) <= set(range(1, CALLS + 1)) and tr.messages[-1].text == (
+        "All done." if final == "resume" else "Stopped.")
     fx = effects(cfg, service)
     new = {k: c - before.get(k, 0) for k, c in fx.items() if c != before.get(k, 0)}
     keys = {key_of(p) for p in parts.values()}
     assert set(new) <= keys, f"effects under keys no call of this session has: {set(new) - keys}"
+    charges = service.charges_by_key()
     for n, p in parts.items():
-        count, meta = new.get(key_of(p), 0), p.state.metadata
-        if cfg.variant in ("http", "pg"):  # exactly once, completed
-            assert p.state.status == "completed", f"pay(n={n}) ended {p.state.status}: {meta}"
-            assert count == 1, f"pay(n={n}) had {count} effects"
-            assert p.state.output == f"row {n}" if cfg.variant == "pg" else p.state.output.startswith(
-                f"charged {100 + n} as ch_")
-        else:  # at most once; never started means no effect
-            assert count <= 1, f"pay(n={n}) had {count} effects"
-            assert p.state.status in ("completed", "error")
-            if p.state.status == "completed":
-                assert count == 1 and outcome(p) == "keep"
+        count, meta, status = new.get(key_of(p), 0), p.state.metadata, p.state.status
+        assert count <= 1, f"pay(n={n}) had {count} effects"
+        assert status in ("completed", "error"), f"pay(n={n}) left {status}"
+        if status == "completed":  # ran once: by the tool, or found done by its reconcile
+            assert count == 1, f"pay(n={n}) is completed with {count} effects"
+            if cfg.variant == "http":  # the service's saved response for the call's one charge
+                assert p.state.output == f"charged {100 + n} as {charges[key_of(p)][0]['id']}"
             else:
-                assert p.interrupted and isinstance(meta.get("in_doubt"), bool), meta
-                if meta["in_doubt"] is False:
-                    assert count == 0, f"pay(n={n}) is interrupted as never started but had an effect"
-    if cfg.variant == "http":  # the output is the service's saved response for the call's one charge
-        charges = service.charges_by_key()
-        for p in parts.values():
-            assert p.state.output.endswith(charges[key_of(p)][0]["id"])
-    return tuple(outcome(parts[n]) for n in sorted(parts)), tuple(new.get(key_of(parts[n]), 0) for n in sorted(parts))
+                assert p.state.output == (f"row {n}" if cfg.variant == "pg" else f"paid {n}")
+        else:
+            assert p.interrupted and isinstance(meta.get("in_doubt"), bool), meta
+            if meta["in_doubt"] is False:
+                assert count == 0, f"pay(n={n}) is interrupted as never started but had an effect"
+        if cfg.variant in ("http", "pg") and final == "resume":  # exactly once: completed
+            assert status == "completed", f"pay(n={n}) ended {status}: {meta}"
+        if cfg.variant == "pg":  # a reconcile that tells the truth leaves nothing in doubt
+            assert meta.get("in_doubt") is not True and (status == "completed") == (count == 1), meta
+        if cfg.variant == "ledger" and status == "completed":
+            assert outcome(p) == "keep"
+    return (tuple(outcome(parts[n]) if n in parts else "-" for n in range(1, CALLS + 1)),
+            tuple(new.get(key_of(parts[n]), 0) if n in parts else 0 for n in range(1, CALLS + 1)))
 
 
-def one_trial(z: Zygote, cfg: Config, service: PaymentsService, label: str, horizon: float) -> Trial:
+def one_trial(z: Zygote, cfg: Config, service: PaymentsService, label: str, horizon: float,
+              final: str = "resume") -> Trial:
     rng = random.Random(label)
     session = new_id("ses")
     before = effects(cfg, service)
@@ -292,8 +305,8 @@ def one_trial(z: Zygote, cfg: Config, service: PaymentsService, label: str, hori
         code = kill_after(z, cfg, session, delay)
         trial.kills.append((delay * 1000, code, snapshot(cfg, session, service)))
     try:
-        finish(cfg, session)
-        trial.outcomes, trial.effects = check(cfg, session, service, before)
+        finish(cfg, session, final)
+        trial.outcomes, trial.effects = check(cfg, session, service, before, final)
     except BaseException:
         print(f"\nFAILED {trial.row()}\n  replay: WE0NB_EO_SEED={SEED} WE0NB_EO_ONLY={label.rsplit(':', 1)[1]}",
               flush=True)
@@ -317,22 +330,31 @@ def calibrate(z: Zygote, cfg: Config, service: PaymentsService) -> float:
     return min(times)
 
 
+HORIZONS: dict[tuple[str, str], float] = {}
+
+
+@pytest.mark.parametrize("final", ["resume", "prompt"])
 @pytest.mark.parametrize("variant", ["http", "pg", "ledger"])
-def test_random_sigkills_then_resume(zygote: Zygote, service: PaymentsService, base: Config, variant: str,
-                                     tmp_path: Path) -> None:
+def test_random_sigkills_then_recovery(zygote: Zygote, service: PaymentsService, base: Config, variant: str,
+                                       final: str, tmp_path: Path) -> None:
+    """Kill, kill again while resuming, then resume to the end (or send a new prompt instead: a
+    prompt executes nothing, it only reconciles)."""
     cfg = for_variant(base, variant, tmp_path / "ledger.jsonl")
     store = "postgres" if cfg.store_schema else "sqlite"
-    horizon = calibrate(zygote, cfg, service)
+    if (variant, store) not in HORIZONS:
+        HORIZONS[variant, store] = calibrate(zygote, cfg, service)
+    horizon = HORIZONS[variant, store]
     numbers = [int(ONLY)] if ONLY else range(TRIALS)
-    print(f"\n{variant} on {store}: {len(numbers)} trials, kill delays drawn from 0..{horizon * 1000:.0f} ms "
-          f"after READY (one uninterrupted turn); per call: outcome, effects")
+    print(f"\n{variant} on {store}, then {final}: {len(numbers)} trials, kill delays drawn from "
+          f"0..{horizon * 1000:.0f} ms after READY (one uninterrupted turn); per call: outcome, effects")
     trials = []
     for i in numbers:
-        trials.append(one_trial(zygote, cfg, service, f"{SEED}:{variant}:{store}:{i}", horizon))
+        label = f"{SEED}:{variant}:{store}:{i}" if final == "resume" else f"{SEED}:{variant}:{store}:prompt:{i}"
+        trials.append(one_trial(zygote, cfg, service, label, horizon, final))
         print("  " + trials[-1].row(), flush=True)
     tally = collections.Counter(o for t in trials for o in t.outcomes)
     landed = collections.Counter(landing(code, snap) for t in trials for _, code, snap in t.kills)
-    print(f"  => {variant}/{store}: {len(trials)} trials; kills landed {dict(sorted(landed.items()))}; "
+    print(f"  => {variant}/{store}/{final}: {len(trials)} trials; kills landed {dict(sorted(landed.items()))}; "
           f"outcomes {dict(sorted(tally.items()))}", flush=True)
 
 
