@@ -278,6 +278,9 @@ def check(cfg: Config, session: str, service: PaymentsService, before: dict[str,
             assert count == 1, f"pay(n={n}) is completed with {count} effects"
             if cfg.variant == "http":  # the service's saved response for the call's one charge
                 assert p.state.output == f"charged {100 + n} as {charges[key_of(p)][0]['id']}"
+                # attempts are counted from the store: each execution its own number, the last recorded
+                seen = [int(a) for k, a in service.attempts if k == key_of(p)]
+                assert len(seen) == len(set(seen)) and max(seen) == meta["attempt"], (seen, meta)
             else:
                 assert p.state.output == (f"row {n}" if cfg.variant == "pg" else f"paid {n}")
         else:
@@ -308,10 +311,23 @@ def one_trial(z: Zygote, cfg: Config, service: PaymentsService, label: str, hori
         finish(cfg, session, final)
         trial.outcomes, trial.effects = check(cfg, session, service, before, final)
     except BaseException:
-        print(f"\nFAILED {trial.row()}\n  replay: WE0NB_EO_SEED={SEED} WE0NB_EO_ONLY={label.rsplit(':', 1)[1]}",
-              flush=True)
+        print(f"\nFAILED {trial.row()}\n  replay: WE0NB_EO_SEED={SEED} WE0NB_EO_ONLY={label.rsplit(':', 1)[1]}\n"
+              f"  session {session}:\n{describe(load(cfg, session))}", flush=True)
         raise
     return trial
+
+
+def describe(tr: Transcript) -> str:
+    """The transcript, one line per message, for a failure's report."""
+    lines = []
+    for m in tr.messages:
+        info = m.info
+        extra = "" if info.role == "user" else (
+            f" completed={info.time.completed is not None} finish={getattr(info, 'finish_reason', None)!r} "
+            f"error={info.error.reason if info.error else None}")
+        calls = " ".join(f"{p.tool}({p.state.input.get('n')})={p.state.status}" for p in m.tool_parts)
+        lines.append(f"    {info.role} {info.id} {m.text[:40]!r}{extra} {calls}")
+    return "\n".join(lines)
 
 
 def calibrate(z: Zygote, cfg: Config, service: PaymentsService) -> float:
@@ -408,3 +424,5 @@ def test_an_approved_idempotent_call_killed_while_it_runs_completes_exactly_once
         [charge] = charges[key_of(p)]
         assert p.state.output == f"charged {100 + n} as {charge['id']}"
     assert parts[1].recalled and parts[1].state.metadata["attempt"] == 2
+    # the dead client's request (attempt 1) was answered to nobody; the resume's (attempt 2) got the same charge
+    assert sorted(a for k, a in service.attempts if k == key_of(parts[1])) == ["1", "2"]
