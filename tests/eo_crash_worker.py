@@ -85,7 +85,8 @@ def http_pay(service: str):
         body = json.dumps({"amount": 100 + n}).encode()
         for _ in range(500):
             req = urllib.request.Request(f"{service}/v1/charges", data=body, method="POST", headers={
-                "Content-Type": "application/json", "Idempotency-Key": ctx.idempotency_key})
+                "Content-Type": "application/json", "Idempotency-Key": ctx.idempotency_key,
+                "X-Attempt": str(ctx.attempt)})
             try:
                 with urllib.request.urlopen(req, timeout=30) as r:
                     charge = json.loads(r.read())

@@ -9,7 +9,8 @@ with different parameters gets ``400``. The charge is made by the server, so a c
 killed in the middle of a request leaves the charge made and its response unread — the
 case an idempotency key exists for.
 
-``charges`` is the ground truth of the effects: one entry per charge created.
+``charges`` is the ground truth of the effects: one entry per charge created; ``attempts``
+the ``X-Attempt`` header of each request answered other than 409 (one per execution).
 ``hold(phase)`` makes the next request wait at ``"before_charge"`` or ``"after_charge"``
 until released, so a test can kill its client at that exact point.
 """
@@ -39,6 +40,7 @@ class PaymentsService:
         self.latency = latency
         self.charges: list[dict[str, Any]] = []
         self.requests = 0
+        self.attempts: list[tuple[str, Optional[str]]] = []  # (key, X-Attempt) of each request not answered 409
         self._saved: dict[str, tuple[dict[str, Any], int, bytes]] = {}
         self._running: set[str] = set()
         self._lock = threading.Lock()
@@ -54,7 +56,7 @@ class PaymentsService:
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 length = int(self.headers.get("Content-Length") or 0)
                 status, body, replayed = service.handle(self.path, self.headers.get("Idempotency-Key"),
-                                                        self.rfile.read(length))
+                                                        self.rfile.read(length), self.headers.get("X-Attempt"))
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
@@ -94,8 +96,17 @@ class PaymentsService:
             return out
 
     # ------------------------------------------------------------------ one request
-    def handle(self, path: str, key: Optional[str], raw: bytes) -> tuple[int, bytes, bool]:
-        """(status, body, replayed) for one request."""
+    def handle(self, path: str, key: Optional[str], raw: bytes, attempt: Optional[str] = None) -> tuple[int, bytes,
+                                                                                                    bool]:
+        """(status, body, replayed) for one request; ``attempt`` (the client's ``X-Attempt``) is
+        recorded with its key for each request answered other than 409."""
+        status, body, replayed = self._answer(path, key, raw)
+        if status != 409 and key:
+            with self._lock:
+                self.attempts.append((key, attempt))
+        return status, body, replayed
+
+    def _answer(self, path: str, key: Optional[str], raw: bytes) -> tuple[int, bytes, bool]:
         if path != "/v1/charges":
             return 404, _error("invalid_request_error", f"no such route {path}"), False
         try:
