@@ -202,3 +202,50 @@ async def test_resume_twice_in_a_row():
     await resume(agent)
     assert len(model.requests) == 1 and log.calls == []
     assert (await agent.transcript(SID)).model_dump_json(exclude={"session"}) == snapshot
+
+
+
+class _Crash(Exception):
+    """What a process killed at that instant leaves: nothing after it is written."""
+
+
+class _DieAfterClosing(MemoryPersistence):
+    """A store whose run dies right after the commit in which a resume closed a cut message."""
+
+    armed = False
+
+    async def commit(self, writes, **kw):
+        await super().commit(writes, **kw)
+        closed = [m for m, _parts, _view in writes if m is not None and m.error is not None
+                  and m.error.metadata.get("mode") == "resume"]
+        if self.armed and closed:
+            self.armed = False
+            raise _Crash("killed right after the close was committed")
+
+
+async def test_a_resume_killed_right_after_closing_the_cut_message_still_continues_the_turn():
+    """Found by tests/test_crash_exactly_once.py (SIGKILL during a resume): a resume closes the
+    message the stop cut (no tool call in it yet) and dies before its own step writes anything.
+    The turn is not over — the model never finished it — so the next resume continues it."""
+    from we0nb import FunctionModel
+
+    store = _DieAfterClosing()
+    agent = We0Agent(FunctionModel(lambda request: [text("Paying now, then done.")]), persistence=store,
+                     flush_interval=0.0)
+    abort = asyncio.Event()
+    with pytest.raises(asyncio.CancelledError):
+        async for ev in agent.stream(abort=abort, session_id=SID, messages=[user_message("Pay.")]):
+            if ev["type"] == "text-delta":
+                abort.set()  # the stream is cut after its first words
+    cut = (await agent.transcript(SID)).messages[-1]
+    assert cut.info.time.completed is None and cut.tool_parts == []
+
+    store.armed = True
+    with pytest.raises(_Crash):
+        await agent.invoke(mode="resume", session_id=SID)
+    last = (await agent.transcript(SID)).messages[-1]
+    assert last.info.id == cut.info.id and last.info.error.metadata == {"recovered": True, "mode": "resume"}
+
+    result = await agent.invoke(mode="resume", session_id=SID)
+    assert result.text == "Paying now, then done."
+    assert (await agent.transcript(SID)).messages[-1].info.error is None

@@ -17,7 +17,7 @@ nbformat = pytest.importorskip("nbformat")
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 EXPECTED = ["01-quickstart.ipynb", "02-abort-and-resume.ipynb", "03-durable-sessions.ipynb",
             "04-dataframes.ipynb", "05-real-models.ipynb", "06-approvals.ipynb", "07-mcp.ipynb",
-            "08-batch.ipynb", "10-experiments.ipynb", "11-tracing-and-cost.ipynb"]
+            "08-batch.ipynb", "09-exactly-once.ipynb", "10-experiments.ipynb", "11-tracing-and-cost.ipynb"]
 
 
 def _notebooks():

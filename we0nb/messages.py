@@ -441,9 +441,11 @@ def turn_pending(messages: "list[MessageWithParts]") -> bool:
     The single definition of "needs resume": the last message is a user message (not yet
     answered), or the last assistant message needs recovery, or it ended with tool calls
     whose results the model has not seen (unless one of them returned the structured
-    output, or it is a compaction summary that closed a finished turn). A turn whose calls
-    await a person's approval is not pending: it waits for the decision (see
-    :func:`awaiting_approval`); once every call is decided it is.
+    output, or it is a compaction summary that closed a finished turn), or a resume's
+    recovery closed it and nothing followed (that resume stopped before its own step wrote
+    anything: the model never finished the turn). A turn whose calls await a person's
+    approval is not pending: it waits for the decision (see :func:`awaiting_approval`); once
+    every call is decided it is.
     """
     if not messages:
         return False
@@ -457,7 +459,16 @@ def turn_pending(messages: "list[MessageWithParts]") -> bool:
     if last.is_summary:
         return False
     tools = last.tool_parts
-    return bool(tools) and not any(p.is_output for p in tools)
+    if any(p.is_output for p in tools):
+        return False
+    return bool(tools) or _closed_by_resume(last.info)
+
+
+def _closed_by_resume(info: Any) -> bool:
+    """The message was cut, and a resume's recovery closed it (the resume then takes a step)."""
+    error = getattr(info, "error", None)
+    return (error is not None and error.reason == UNFINISHED_REASON
+            and error.metadata.get("recovered") is True and error.metadata.get("mode") == "resume")
 
 
 class Transcript(_Displayable, BaseModel):
