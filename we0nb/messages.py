@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._plugins import display_bundle
+
 __all__ = [
     "SessionTime",
     "SessionRevert",
@@ -52,17 +54,14 @@ UNFINISHED_MESSAGE = "Assistant message was not completed before recovery."
 
 
 class _Displayable:
-    """Rich display in notebooks (HTML + plain text); the renderer is imported lazily."""
+    """Rich display in notebooks (HTML + plain text), by the renderer the notebook layer connects
+    (:mod:`we0nb._plugins`): the data model never imports the layers above it."""
 
-    def _repr_html_(self) -> str:
-        from .notebook.html import render_html
-
-        return render_html(self)
+    def _repr_html_(self) -> Optional[str]:
+        return display_bundle(self).get("text/html")
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        from .notebook.html import mimebundle
-
-        return mimebundle(self)
+        return display_bundle(self)
 
 
 class _Model(_Displayable, BaseModel):

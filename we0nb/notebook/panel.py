@@ -45,17 +45,6 @@ _AWAITING = "awaiting approval"
 _panels: "weakref.WeakSet[RunPanel]" = weakref.WeakSet()
 
 
-def _current_click_header() -> Optional[dict]:
-    """The header of the comm message being handled (a click), when there is one."""
-    kernel = clicks._kernel()
-    try:
-        parent = kernel.get_parent("shell") if kernel is not None else None
-    except Exception:  # pragma: no cover - kernels without get_parent
-        return None
-    header = (parent or {}).get("header") or {}
-    return header if header.get("msg_type") == "comm_msg" else None
-
-
 class RunPanel:
     """A run panel bound to ``agent`` and one session.
 
@@ -431,7 +420,7 @@ class RunPanel:
         self.abort(clicked_at=clicks.click_time(header))
 
     def _on_abort_click(self, _button: Any = None) -> None:
-        header = _current_click_header()
+        header = clicks.current_click_header()
         if clicks.handled(header):
             return  # already aborted when the message arrived
         self.click_threads.append(threading.current_thread().name)
