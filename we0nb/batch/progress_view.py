@@ -94,7 +94,8 @@ class BatchView:
 
     def _bundle(self, tally: Any, errors: list[str], note: str = "") -> dict[str, Any]:
         data = dict(self.box._repr_mimebundle_() or {})
-        pace = _eta(tally.ended_items, self.started_with, tally.items, self.clock() - self.t0)
+        pace = (_eta(tally.ended_items, self.started_with, tally.items, self.clock() - self.t0)
+                if self.state == "running" else "")
         data["text/html"] = render_html(self.name, tally, errors, state=self.state, pace=pace, note=note)
         data["text/plain"] = render_text(self.name, tally, errors, state=self.state, pace=pace)
         return data
