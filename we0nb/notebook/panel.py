@@ -201,6 +201,7 @@ class RunPanel:
         t = await self.agent.transcript(self.session_id)
         if t.session is not None and self.status == "idle":
             if t.pending_approvals:
+                self.view.status = "approval"  # (its badge then says what the panel says: awaiting approval)
                 self.view.show_turn(t.messages)
                 self._await_decisions(t.pending_approvals)
             elif t.needs_resume:
