@@ -398,3 +398,53 @@ def test_a_saved_tutorial_reads_well_untrusted(tmp_path, artifacts):
                 browser.close()
     finally:
         lab.stop()
+
+
+RAW_WIDGET = re.compile(r"^\s*(VBox|HBox|Box|GridBox|HTML|Label|Button|Output|IntProgress|FloatProgress|Textarea|"
+                        r"Text|Dropdown|Checkbox)\(", re.M)
+
+
+@pytest.mark.timeout(1800)  # with the wait for the browser slot
+def test_every_saved_tutorial_opens_without_a_raw_widget_repr(tmp_path, artifacts):
+    """What a Binder visitor sees before running anything (issue 36): each saved tutorial, untrusted,
+    shows no widget's Python repr (``VBox(children=(HTML(value=''), Button(…``) and no widget error;
+    08's batch views read as their final state (the items ended, not tqdm's first ``0/200``)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    root = tmp_path / "root"
+    root.mkdir()
+    names = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
+    for name in names:
+        shutil.copyfile(REPO / "notebooks" / name, root / name)
+    lab = Lab(root, tmp_path / "jupyter")
+    lab.start()
+    try:
+        with playwright.sync_playwright() as p:
+            browser = _browser(p)
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            try:
+                seen = {}
+                for name in names:
+                    # (?reset: a fresh workspace, the previous notebook's tab is not restored)
+                    page.goto(f"{lab.url}/lab/tree/{name}?reset", wait_until="domcontentloaded", timeout=120_000)
+                    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output",
+                                           state="attached", timeout=120_000)
+                    page.wait_for_timeout(1500)  # the outputs below the first render too
+                    seen[name] = page.evaluate("""() => [...document.querySelectorAll(
+                        '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output')].map(e => e.innerText)""")
+                    if name.startswith("08"):
+                        page.locator(".we0-batch-view").first.scroll_into_view_if_needed()
+                        page.screenshot(path=str(artifacts / "saved-08-batch.png"))
+                for name, outputs in seen.items():
+                    assert outputs, f"{name}: no saved output rendered"
+                    raw = [o[:80] for o in outputs if RAW_WIDGET.search(o) or "Error displaying widget" in o]
+                    assert not raw, f"{name}: raw widget text on first open: {raw}"
+                views = [o for o in seen[next(n for n in names if n.startswith("08"))] if o.startswith("reviews-v1")]
+                assert len(views) == 2, views
+                assert re.search(r"aborted · \d+/200 ended", views[0]) and "0/200" not in views[0], views[0]
+                assert "finished · 200/200 ended" in views[1], views[1]
+            finally:
+                browser.close()
+    finally:
+        lab.stop()

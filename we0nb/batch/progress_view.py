@@ -52,7 +52,7 @@ def _bar(ended: int, items: int, colour: str) -> str:
 def render_html(name: str, tally: Any, errors: Iterable[str], *, state: str = "running", pace: str = "",
                 note: str = "") -> str:
     """The view as HTML: title and state, a bar of the items ended, a badge per status, errors."""
-    badges = "".join(
+    badges = " ".join(
         f"<span style='display:inline-block;padding:0 7px;margin:1px 4px 1px 0;border-radius:8px;font-size:11px;"
         f"font-weight:600;white-space:nowrap;color:#ffffff;background-color:{COLORS.get(s, '#757575')}'>"
         f"{html.escape(s)} {n}</span>" for s, n in tally.ordered())
