@@ -448,3 +448,55 @@ def test_every_saved_tutorial_opens_without_a_raw_widget_repr(tmp_path, artifact
                 browser.close()
     finally:
         lab.stop()
+
+
+@pytest.mark.timeout(1800)  # with the wait for the browser slot
+def test_the_tool_table_keeps_its_columns_as_calls_change(tmp_path, artifacts):
+    """Issue 36: the columns of the tool table do not move between running, aborted and finished,
+    a JSON input wraps at its width (not a key per line), and a call id is never broken mid-token."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    from we0nb.messages import ToolPart, ToolStateCompleted, ToolStateError, ToolStateRunning, ToolTime
+    from we0nb.notebook.html import tool_table_html, wrap
+
+    call = "call_0661b8fca30839313f7980aa"
+    args = {"number": "INV-2", "amount": 4800, "supplier": "Acme Industrial Supplies", "note": "second instalment"}
+
+    def part(state):
+        return ToolPart(id="prt_1", session_id="ses_1", message_id="msg_1", call_id=call, tool="pay_invoice",
+                        state=state)
+
+    states = {
+        "running": ToolStateRunning(input=args, time=ToolTime(start=1.0)),
+        "aborted": ToolStateError(input=args, error="Interrupted: the run was aborted while the tool ran. " * 3,
+                                  metadata={"interrupted": True}, time=ToolTime(start=1.0, end=2.0)),
+        "finished": ToolStateCompleted(input=args, output="paid INV-2: 4800 " * 12, time=ToolTime(start=1.0, end=2.0)),
+    }
+    page_html = "".join(f"<div id='{k}' style='width:900px'>{wrap(tool_table_html([part(s)]))}</div>"
+                        for k, s in states.items())
+    with playwright.sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = browser.new_page(viewport={"width": 1000, "height": 1400})
+            page.set_content(f"<!DOCTYPE html><html><body>{page_html}</body></html>")
+            facts = page.evaluate("""() => Object.fromEntries(['running', 'aborted', 'finished'].map(k => {
+                const t = document.querySelector('#' + k + ' table');
+                const input = t.querySelector('tbody td:nth-child(2)');
+                const id = t.querySelector('.we0-id');
+                return [k, {cols: [...t.querySelectorAll('th')].map(th => Math.round(th.getBoundingClientRect().width)),
+                            inputLines: (() => {  // the text's own height (the cell is as tall as its row)
+                                const r = document.createRange();
+                                r.selectNodeContents(input);
+                                return r.getBoundingClientRect().height / parseFloat(getComputedStyle(input).lineHeight);
+                            })(),
+                            idHeight: id.getBoundingClientRect().height,
+                            idLine: parseFloat(getComputedStyle(id).lineHeight) || 16}];
+            }))""")
+            page.screenshot(path=str(artifacts / "tool-table-states.png"), full_page=True)
+        finally:
+            browser.close()
+    assert facts["running"]["cols"] == facts["aborted"]["cols"] == facts["finished"]["cols"], facts
+    for k, f in facts.items():
+        assert f["inputLines"] < len(args), (k, f)  # not one key per line
+        assert f["idHeight"] <= 1.5 * f["idLine"], (k, f)  # the id on one line: never broken mid-token

@@ -199,7 +199,15 @@ def tool_table_html(parts: Sequence[Any], recovery: Optional[dict[str, str]] = N
     rows = "".join(tool_row_html(p, recovery.get(p.id), kept=kept, cut=cut) for p in parts)
     head = "".join(f"<th class='we0-cell we0-th'>{h}</th>" for h in ("tool", "input", "status", "duration",
                                                                    "output / error"))
-    return f"<table class='we0-tools'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    # fixed column widths: a row's content (a long JSON input, badges, an error) never resizes the
+    # columns, so the table does not jump as calls go from running to finished or aborted
+    cols = "".join(f"<col width='{w}' style='width:{w}'>" for w in _TOOL_COLUMNS)
+    return (f"<table class='we0-tools'><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
+
+
+#: the widths of the tool table's columns: tool (and call id), input, status, duration, output / error
+_TOOL_COLUMNS = ("17%", "33%", "14%", "8%", "28%")
 
 
 # --------------------------------------------------------------------------- parts
