@@ -122,6 +122,9 @@ async def test_interrupted_and_recalled_tools_are_labelled():
     assert "we0-s-interrupted" in html and "interrupted (resume)" in html
     assert "recalled" in html and "&lt;i&gt;a&lt;/i&gt;" in html
     assert "UnfinishedAssistantMessage" in html
+    # said in words, not as an error class: "UnfinishedAssistantMessage: Assistant message was not…"
+    assert "This reply was cut before it finished (an abort or a crash); the resume closed it." in html
+    assert "UnfinishedAssistantMessage:" not in html
     assert "tool slow_read({\"path\": \"a\"}) completed [recalled]" in plain
     assert "tool send({\"to\": \"b\"}) interrupted (resume)" in plain
 

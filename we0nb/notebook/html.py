@@ -286,6 +286,11 @@ def _message_error(info: Any) -> str:
     if err is None:
         return ""
     recovered = (err.metadata or {}).get("recovered")
+    if recovered and err.reason == "UnfinishedAssistantMessage":  # not an error: a reply an abort or a crash cut
+        mode = err.metadata.get("mode")
+        by = {"resume": "the resume", "prompt": "the next prompt"}.get(mode, f"the {mode} run")
+        return (f"<div class='we0-warn we0-note'>This reply was cut before it finished (an abort or a crash); "
+                f"{esc(by)} closed it. <span class='we0-muted'>({esc(err.reason)})</span></div>")
     cls = "we0-warn" if recovered else "we0-err"
     extra = f" (recovered in {esc(err.metadata.get('mode'))} mode)" if recovered else ""
     return f"<div class='{cls} we0-note'>{esc(err.reason)}: {esc(err.message)}{extra}</div>"
