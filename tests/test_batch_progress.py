@@ -153,3 +153,19 @@ async def test_the_saved_view_reads_as_the_final_state(monkeypatch) -> None:
     assert "aborted" in final["text/html"] and "batch.failed" in final["text/html"]
     assert "VBox(" not in final["text/plain"]
     assert progress.view.button.description == "Aborted" and progress.view.button.button_style == ""
+
+
+def test_errors_read_in_words_clipped_at_a_word() -> None:
+    from we0nb._text import clip_words, readable_error
+
+    message = ("ModelError: The model failed in session 'ses_0661b82d1da4f17ffb2ffb15' (assistant message "
+               "'msg_0661b82d20af4f7e0a7e4f38'): RuntimeError: the model could not parse review 49. The partial "
+               "output is persisted; run again with mode='resume' to continue the turn.")
+    assert readable_error(message, 1000) == ("ModelError: The model failed: RuntimeError: the model could not parse "
+                                             "review 49. The partial output is persisted; run again with "
+                                             "mode='resume' to continue the turn.")
+    short = readable_error(message, 60)
+    assert len(short) <= 60 and short.endswith("…") and short[:-1] in message.replace(
+        " in session 'ses_0661b82d1da4f17ffb2ffb15' (assistant message 'msg_0661b82d20af4f7e0a7e4f38')", "")
+    assert short[-2].isalnum() and message[message.index(short[-6:-1]) + 5] == " "  # cut where a word ends
+    assert clip_words("one\ntwo   three", 100) == "one two three"
