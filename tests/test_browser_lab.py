@@ -500,3 +500,86 @@ def test_the_tool_table_keeps_its_columns_as_calls_change(tmp_path, artifacts):
     for k, f in facts.items():
         assert f["inputLines"] < len(args), (k, f)  # not one key per line
         assert f["idHeight"] <= 1.5 * f["idLine"], (k, f)  # the id on one line: never broken mid-token
+
+
+BATCH_CELLS = [
+    """import asyncio
+from we0nb import FunctionModel, We0Agent, text
+
+async def slow(request):
+    await asyncio.sleep(0.4)
+    return [text("ok")]
+
+agent = We0Agent(FunctionModel(slow))
+task = asyncio.create_task(agent.batch([f"p{i}" for i in range(40)], name="dark", concurrency=2))""",
+    """result = await task
+print("stopped:", result.stopped, "| counts:", result.counts)""",
+]
+
+
+@pytest.mark.timeout(1800)  # with the wait for the browser slot
+def test_batch_abort_clicked_in_the_dark_theme(tmp_path, artifacts):
+    """Issue 36 in JupyterLab Dark: the batch view's Abort is clicked as a person would; the view's
+    counts then sum to the items and agree with the result; the ended button is neutral, not a
+    disabled red on red, and says "Aborted"."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    root = tmp_path / "root"
+    root.mkdir()
+    _write(root / "batch.ipynb", BATCH_CELLS)
+    settings = tmp_path / "jupyter" / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "themes.jupyterlab-settings").write_text(json.dumps({"theme": "JupyterLab Dark"}))
+    lab = Lab(root, tmp_path / "jupyter")
+    lab.start()
+    try:
+        with playwright.sync_playwright() as p:
+            browser = _browser(p)
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            try:
+                page.goto(f"{lab.url}/lab/tree/batch.ipynb", wait_until="domcontentloaded", timeout=120_000)
+                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+                for attempt in range(3):
+                    _kernel_ready(page, kernel="Python 3 (ipykernel)")
+                    _run_all(page, restart=attempt > 0)
+                    if not _started(page):
+                        continue
+                    try:
+                        page.wait_for_function("""() => [...document.querySelectorAll('.we0-batch-view')]
+                            .some(e => /[1-9]\\d*\\/40 ended/.test(e.innerText))""", timeout=120_000)
+                        break
+                    except Exception:
+                        if attempt == 2:
+                            raise
+                _dismiss_toasts(page)
+                page.locator(".we0-batch button:has-text('Abort')").click()
+                out = page.wait_for_function("""() => {
+                    const hit = [...document.querySelectorAll('.jp-OutputArea-output')]
+                        .find(e => e.innerText.includes('stopped:'));
+                    return hit ? hit.innerText : false;
+                }""", timeout=120_000).json_value()
+                page.wait_for_selector(".we0-batch button:has-text('Aborted')", timeout=60_000)
+                facts = page.evaluate("""() => {
+                    const b = document.querySelector('.we0-batch button');
+                    const view = document.querySelector('.we0-batch-view');
+                    return {theme: document.body.dataset.jpThemeLight, view: view.innerText,
+                            buttonBg: getComputedStyle(b).backgroundColor, disabled: b.disabled,
+                            classes: b.className};
+                }""")
+                page.locator(".we0-batch").first.screenshot(path=str(artifacts / "batch-dark-aborted.png"))
+            except Exception as exc:
+                page.screenshot(path=str(artifacts / "batch-dark-failure.png"), full_page=True)
+                note_page_state(exc, page, lab)
+                raise
+            finally:
+                browser.close()
+    finally:
+        lab.stop()
+    assert facts["theme"] == "false", facts  # the dark theme is the one shown
+    assert "stopped: aborted" in out, out
+    counts = {k: int(v) for k, v in re.findall(r"'(\w+)': (\d+)", out)}
+    assert sum(counts.values()) == 40, out
+    shown = {k: int(v) for k, v in re.findall(r"\b(pending|running|stop|failed|aborted) (\d+)\b", facts["view"])}
+    assert shown == counts, (facts["view"], out)  # the view agrees with the result, and sums to 40
+    assert facts["disabled"] and "mod-danger" not in facts["classes"], facts
