@@ -385,22 +385,38 @@ async def test_progress_bar_in_a_terminal(store, ledger, capsys) -> None:
     assert "bar" in err and "5/5" in err and "failed=1" in err
 
 
-async def test_live_view_redraws_at_most_four_times_a_second() -> None:
+async def test_live_view_redraws_at_most_four_times_a_second(monkeypatch) -> None:
     pytest.importorskip("ipywidgets")
-    from we0nb.batch.progress import LiveView
+    import IPython.display
 
-    view = LiveView("v", asyncio.Event())
+    from we0nb.batch.progress import Tally
+    from we0nb.batch.progress_view import BatchView
+
+    shown: list[dict] = []
+
+    class Handle:
+        def update(self, bundle: dict, raw: bool = False) -> None:
+            shown.append(bundle)
+
+    monkeypatch.setattr(IPython.display, "display", lambda bundle, **kw: shown.append(bundle) or Handle())
+    view = BatchView("v", asyncio.Event(), 2000)
+    tally = Tally(2000, {"pending": 2000})
+    view.show(tally, [])
     t0 = time.monotonic()
     for i in range(2000):
-        view.update({"stop": i}, [])
+        tally.claimed(1)
+        tally.ended("stop")
+        view.update(tally, [])
         if i % 100 == 0:
             await asyncio.sleep(0.05)
     elapsed = time.monotonic() - t0
     await asyncio.sleep(0.3)
     assert view.renders <= 4 * elapsed + 2, (view.renders, elapsed)
-    assert "stop: <b>1999</b>" in view.html.value  # the last state is always drawn
-    view.close({"stop": 2000}, ["item 3: boom"])
-    assert "stop: <b>2000</b>" in view.html.value and "item 3: boom" in view.html.value
+    assert "stop 2000" in view.html.value and "2000/2000 ended" in view.html.value  # the last state is drawn
+    view.close(tally, ["item 3: boom"])
+    final = shown[-1]
+    assert "Finished" == view.button.description and view.button.disabled
+    assert "finished" in final["text/html"] and "2000/2000 ended" in final["text/plain"]
     view._abort(None)
     await asyncio.sleep(0)
     assert view.stop.is_set()

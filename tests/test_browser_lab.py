@@ -398,3 +398,188 @@ def test_a_saved_tutorial_reads_well_untrusted(tmp_path, artifacts):
                 browser.close()
     finally:
         lab.stop()
+
+
+RAW_WIDGET = re.compile(r"^\s*(VBox|HBox|Box|GridBox|HTML|Label|Button|Output|IntProgress|FloatProgress|Textarea|"
+                        r"Text|Dropdown|Checkbox)\(", re.M)
+
+
+@pytest.mark.timeout(1800)  # with the wait for the browser slot
+def test_every_saved_tutorial_opens_without_a_raw_widget_repr(tmp_path, artifacts):
+    """What a Binder visitor sees before running anything (issue 36): each saved tutorial, untrusted,
+    shows no widget's Python repr (``VBox(children=(HTML(value=''), Button(…``) and no widget error;
+    08's batch views read as their final state (the items ended, not tqdm's first ``0/200``)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    root = tmp_path / "root"
+    root.mkdir()
+    names = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
+    for name in names:
+        shutil.copyfile(REPO / "notebooks" / name, root / name)
+    lab = Lab(root, tmp_path / "jupyter")
+    lab.start()
+    try:
+        with playwright.sync_playwright() as p:
+            browser = _browser(p)
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            try:
+                seen = {}
+                for name in names:
+                    # (?reset: a fresh workspace, the previous notebook's tab is not restored)
+                    page.goto(f"{lab.url}/lab/tree/{name}?reset", wait_until="domcontentloaded", timeout=120_000)
+                    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output",
+                                           state="attached", timeout=120_000)
+                    page.wait_for_timeout(1500)  # the outputs below the first render too
+                    seen[name] = page.evaluate("""() => [...document.querySelectorAll(
+                        '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output')].map(e => e.innerText)""")
+                    if name.startswith("08"):
+                        page.locator(".we0-batch-view").first.scroll_into_view_if_needed()
+                        page.screenshot(path=str(artifacts / "saved-08-batch.png"))
+                for name, outputs in seen.items():
+                    assert outputs, f"{name}: no saved output rendered"
+                    raw = [o[:80] for o in outputs if RAW_WIDGET.search(o) or "Error displaying widget" in o]
+                    assert not raw, f"{name}: raw widget text on first open: {raw}"
+                views = [o for o in seen[next(n for n in names if n.startswith("08"))] if o.startswith("reviews-v1")]
+                assert len(views) == 2, views
+                assert re.search(r"aborted · \d+/200 ended", views[0]) and "0/200" not in views[0], views[0]
+                assert "finished · 200/200 ended" in views[1], views[1]
+            finally:
+                browser.close()
+    finally:
+        lab.stop()
+
+
+@pytest.mark.timeout(1800)  # with the wait for the browser slot
+def test_the_tool_table_keeps_its_columns_as_calls_change(tmp_path, artifacts):
+    """Issue 36: the columns of the tool table do not move between running, aborted and finished,
+    a JSON input wraps at its width (not a key per line), and a call id is never broken mid-token."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    from we0nb.messages import ToolPart, ToolStateCompleted, ToolStateError, ToolStateRunning, ToolTime
+    from we0nb.notebook.html import tool_table_html, wrap
+
+    call = "call_0661b8fca30839313f7980aa"
+    args = {"number": "INV-2", "amount": 4800, "supplier": "Acme Industrial Supplies", "note": "second instalment"}
+
+    def part(state):
+        return ToolPart(id="prt_1", session_id="ses_1", message_id="msg_1", call_id=call, tool="pay_invoice",
+                        state=state)
+
+    states = {
+        "running": ToolStateRunning(input=args, time=ToolTime(start=1.0)),
+        "aborted": ToolStateError(input=args, error="Interrupted: the run was aborted while the tool ran. " * 3,
+                                  metadata={"interrupted": True}, time=ToolTime(start=1.0, end=2.0)),
+        "finished": ToolStateCompleted(input=args, output="paid INV-2: 4800 " * 12, time=ToolTime(start=1.0, end=2.0)),
+    }
+    page_html = "".join(f"<div id='{k}' style='width:900px'>{wrap(tool_table_html([part(s)]))}</div>"
+                        for k, s in states.items())
+    with playwright.sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = browser.new_page(viewport={"width": 1000, "height": 1400})
+            page.set_content(f"<!DOCTYPE html><html><body>{page_html}</body></html>")
+            facts = page.evaluate("""() => Object.fromEntries(['running', 'aborted', 'finished'].map(k => {
+                const t = document.querySelector('#' + k + ' table');
+                const input = t.querySelector('tbody td:nth-child(2)');
+                const id = t.querySelector('.we0-id');
+                return [k, {cols: [...t.querySelectorAll('th')].map(th => Math.round(th.getBoundingClientRect().width)),
+                            inputLines: (() => {  // the text's own height (the cell is as tall as its row)
+                                const r = document.createRange();
+                                r.selectNodeContents(input);
+                                return r.getBoundingClientRect().height / parseFloat(getComputedStyle(input).lineHeight);
+                            })(),
+                            idHeight: id.getBoundingClientRect().height,
+                            idLine: parseFloat(getComputedStyle(id).lineHeight) || 16}];
+            }))""")
+            page.screenshot(path=str(artifacts / "tool-table-states.png"), full_page=True)
+        finally:
+            browser.close()
+    assert facts["running"]["cols"] == facts["aborted"]["cols"] == facts["finished"]["cols"], facts
+    for k, f in facts.items():
+        assert f["inputLines"] < len(args), (k, f)  # not one key per line
+        assert f["idHeight"] <= 1.5 * f["idLine"], (k, f)  # the id on one line: never broken mid-token
+
+
+BATCH_CELLS = [
+    """import asyncio
+from we0nb import FunctionModel, We0Agent, text
+
+async def slow(request):
+    await asyncio.sleep(0.4)
+    return [text("ok")]
+
+agent = We0Agent(FunctionModel(slow))
+task = asyncio.create_task(agent.batch([f"p{i}" for i in range(40)], name="dark", concurrency=2))""",
+    """result = await task
+print("stopped:", result.stopped, "| counts:", result.counts)""",
+]
+
+
+@pytest.mark.timeout(1800)  # with the wait for the browser slot
+def test_batch_abort_clicked_in_the_dark_theme(tmp_path, artifacts):
+    """Issue 36 in JupyterLab Dark: the batch view's Abort is clicked as a person would; the view's
+    counts then sum to the items and agree with the result; the ended button is neutral, not a
+    disabled red on red, and says "Aborted"."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api")
+    root = tmp_path / "root"
+    root.mkdir()
+    _write(root / "batch.ipynb", BATCH_CELLS)
+    settings = tmp_path / "jupyter" / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "themes.jupyterlab-settings").write_text(json.dumps({"theme": "JupyterLab Dark"}))
+    lab = Lab(root, tmp_path / "jupyter")
+    lab.start()
+    try:
+        with playwright.sync_playwright() as p:
+            browser = _browser(p)
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            try:
+                page.goto(f"{lab.url}/lab/tree/batch.ipynb", wait_until="domcontentloaded", timeout=120_000)
+                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+                for attempt in range(3):
+                    _kernel_ready(page, kernel="Python 3 (ipykernel)")
+                    _run_all(page, restart=attempt > 0)
+                    if not _started(page):
+                        continue
+                    try:
+                        page.wait_for_function("""() => [...document.querySelectorAll('.we0-batch-view')]
+                            .some(e => /[1-9]\\d*\\/40 ended/.test(e.innerText))""", timeout=120_000)
+                        break
+                    except Exception:
+                        if attempt == 2:
+                            raise
+                _dismiss_toasts(page)
+                page.locator(".we0-batch button:has-text('Abort')").click()
+                out = page.wait_for_function("""() => {
+                    const hit = [...document.querySelectorAll('.jp-OutputArea-output')]
+                        .find(e => e.innerText.includes('stopped:'));
+                    return hit ? hit.innerText : false;
+                }""", timeout=120_000).json_value()
+                page.wait_for_selector(".we0-batch button:has-text('Aborted')", timeout=60_000)
+                facts = page.evaluate("""() => {
+                    const b = document.querySelector('.we0-batch button');
+                    const view = document.querySelector('.we0-batch-view');
+                    return {theme: document.body.dataset.jpThemeLight, view: view.innerText,
+                            buttonBg: getComputedStyle(b).backgroundColor, disabled: b.disabled,
+                            classes: b.className};
+                }""")
+                page.locator(".we0-batch").first.screenshot(path=str(artifacts / "batch-dark-aborted.png"))
+            except Exception as exc:
+                page.screenshot(path=str(artifacts / "batch-dark-failure.png"), full_page=True)
+                note_page_state(exc, page, lab)
+                raise
+            finally:
+                browser.close()
+    finally:
+        lab.stop()
+    assert facts["theme"] == "false", facts  # the dark theme is the one shown
+    assert "stopped: aborted" in out, out
+    counts = {k: int(v) for k, v in re.findall(r"'(\w+)': (\d+)", out)}
+    assert sum(counts.values()) == 40, out
+    shown = {k: int(v) for k, v in re.findall(r"\b(pending|running|stop|failed|aborted) (\d+)\b", facts["view"])}
+    assert shown == counts, (facts["view"], out)  # the view agrees with the result, and sums to 40
+    assert facts["disabled"] and "mod-danger" not in facts["classes"], facts

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
 import json
 import os
 import subprocess
@@ -238,8 +243,48 @@ def test_lab_dry_run(tmp_path, capsys, monkeypatch):
     code, out, err = cli(capsys, "lab", "--dry-run", "--", "--port", "9999")
     assert out.rstrip().endswith("--port 9999")
     monkeypatch.chdir(tmp_path)
+    import we0nb.cli.lab as lab
+
+    monkeypatch.setattr(lab, "notebooks_dir", lambda: None)  # a wheel install, without its tutorials
+    monkeypatch.setattr(lab, "shipped_tutorials", lambda: None)
     code, out, err = cli(capsys, "lab", "--dir", str(tmp_path / "nowhere"))
-    assert code == 1 and "notebooks" in err
+    assert code == 1 and "tutorials" in err and not (tmp_path / "nowhere").exists()
+
+
+def test_lab_copies_the_shipped_tutorials_to_the_folder_named(tmp_path, capsys, monkeypatch):
+    """A wheel user has no clone: `we0nb lab --dir DIR` copies the installed tutorials into DIR, keeps a
+    file already there (their edits), and opens DIR."""
+    import we0nb.cli.lab as lab
+
+    shipped = tmp_path / "share" / "we0nb" / "notebooks"
+    shipped.mkdir(parents=True)
+    for f in (ROOT / "notebooks").glob("*.ipynb"):
+        (shipped / f.name).write_bytes(f.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(lab, "notebooks_dir", lambda: None)
+    monkeypatch.setattr(lab, "shipped_tutorials", lambda: shipped)
+    code, out, err = cli(capsys, "lab", "--dry-run")
+    assert code == 1 and "we0nb lab --dir" in err  # asks where to put them
+    mine = tmp_path / "mine"
+    code, out, err = cli(capsys, "lab", "--dir", str(mine), "--dry-run")
+    assert code == 0 and "Would copy" in out and not mine.exists()
+    mine.mkdir()
+    (mine / "01-quickstart.ipynb").write_text("my edits")
+    monkeypatch.setattr(lab.subprocess, "call", lambda cmd: print("ran", *cmd) or 0)
+    code, out, err = cli(capsys, "lab", "--dir", str(mine))
+    assert code == 0, err
+    n = len(list(shipped.glob("*.ipynb")))
+    assert f"Copied {n - 1} tutorial files to {mine}." in out and f"jupyter lab {mine}" in out
+    assert (mine / "01-quickstart.ipynb").read_text() == "my edits"
+    assert sorted(p.name for p in mine.glob("*.ipynb")) == sorted(p.name for p in shipped.glob("*.ipynb"))
+
+
+def test_the_wheel_ships_every_tutorial():
+    """pyproject's data-files put notebooks/*.ipynb in the wheel (share/we0nb/notebooks), where
+    `we0nb lab` finds them."""
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    shipped = meta["tool"]["setuptools"]["data-files"]["share/we0nb/notebooks"]
+    assert "notebooks/*.ipynb" in shipped
 
 
 BLOCK_PSYCOPG = """

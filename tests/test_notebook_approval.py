@@ -238,6 +238,10 @@ async def test_a_panel_rebuilt_on_the_store_finds_the_awaiting_calls(tmp_path):
         assert [row.call_id for row in panel.approvals.rows] == [p.call_id for p in r.approvals]
         shown = panel.view.bundle(final=True)["text/plain"]  # the stored turn, awaiting calls included
         assert "[user] pay" in shown and "[assistant] Paying both." in shown and shown.count("awaiting approval") == 2
+        # the view's badge says what the panel's status says (it said a grey "idle" under it)
+        assert shown.startswith("we0nb run [approval]")
+        badge = re.search(r"data-status='(\w+)'[^>]*>\s*<span class='we0-badge[^>]*>([^<]+)<", panel.view.html(final=True))
+        assert badge is not None and badge.groups() == ("approval", "awaiting approval"), badge
         # Resume before deciding runs nothing: the calls still wait, and the panel says so
         panel.resume()
         assert await panel.wait() is None and panel.status == "awaiting approval"

@@ -122,6 +122,9 @@ async def test_interrupted_and_recalled_tools_are_labelled():
     assert "we0-s-interrupted" in html and "interrupted (resume)" in html
     assert "recalled" in html and "&lt;i&gt;a&lt;/i&gt;" in html
     assert "UnfinishedAssistantMessage" in html
+    # said in words, not as an error class: "UnfinishedAssistantMessage: Assistant message was not…"
+    assert "This reply was cut before it finished (an abort or a crash); the resume closed it." in html
+    assert "UnfinishedAssistantMessage:" not in html
     assert "tool slow_read({\"path\": \"a\"}) completed [recalled]" in plain
     assert "tool send({\"to\": \"b\"}) interrupted (resume)" in plain
 
@@ -154,3 +157,14 @@ def test_html_module_imports_no_ipython():
             "bad = [m for m in ('IPython', 'ipywidgets', 'pandas') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_data_model_display_comes_through_the_registry(monkeypatch):
+    """The data model renders by the hook ``import we0nb`` connects, not by importing the notebook."""
+    import we0nb._plugins as plugins
+    from we0nb.messages import Session
+
+    s = Session(id="ses_1", title="t", time={"created": 1.0, "updated": 1.0})
+    assert "we0-head" in s._repr_mimebundle_()["text/html"]
+    monkeypatch.setattr(plugins, "_DISPLAY", None)
+    assert s._repr_mimebundle_() == {"text/plain": repr(s)} and s._repr_html_() is None

@@ -46,6 +46,9 @@ def test_timeline_bars_per_step_and_call(memory):
     assert all(b.get_width() > 0 for b in bars)
     assert plt.fignum_exists(fig.number) is False  # closed in pyplot: displayed once, as the cell value
     fig.canvas.draw()
+    # the legend names what the plot shows, not every status there is
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert sorted(legend) == ["step completed", "step recovered", "tool completed", "tool interrupted"]
 
 
 def test_timeline_counts_for_every_session(memory):

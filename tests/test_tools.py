@@ -40,8 +40,11 @@ def test_input_validation_messages():
         return n
 
     assert f.validate_input({"n": "3"}) == {"n": 3}
-    with pytest.raises(ToolInputError, match="Invalid arguments for tool 'f'"):
+    with pytest.raises(ToolInputError, match="Invalid arguments for tool 'f'") as info:
         f.validate_input({"n": "three"})
+    # in words: where, what, the value given; none of pydantic's [type=…, input_value=…] codes
+    assert str(info.value) == ("Invalid arguments for tool 'f' at 'n': Input should be a valid integer, "
+                               "unable to parse string as an integer (got 'three').")
     with pytest.raises(ToolInputError, match="Invalid arguments"):
         f.validate_input({"n": 1, "extra": 2})
     with pytest.raises(ToolInputError, match="not valid JSON"):

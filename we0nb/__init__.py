@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any as _Any, Optional as _Optional
 
 from ._extras import MissingExtraError
 from ._lazy import lazy_names as _lazy_names
+from ._plugins import use_display as _use_display
 from .engine import RunRequest, RunResult, We0Agent, plan_recovery, user_message
 from .engine.replay import ReplayModel
 from .engine.agent import use_batch_runner as _use_batch_runner
@@ -76,7 +77,7 @@ if TYPE_CHECKING:  # the lazy names, for IDEs and type checkers
     from .notebook.compare import compare, compare_df
     from .notebook.score_frames import experiments_df, plot_experiments, scores_df
     from .notebook.frames import expand_json, messages_df, parts_df, session_summary, sessions_df, tool_calls_df
-    from .notebook.live import show
+    from .notebook.showing import show
     from .notebook.panel import RunPanel
     from .notebook.plots import plot_timeline, plot_tools
     from .persistence.sql import SqlPersistence
@@ -129,7 +130,7 @@ _LAZY = {
     "AnthropicModel": "we0nb.models.anthropic",
     "MCPServer": "we0nb.mcp",
     "local_model": "we0nb.models.local",
-    "show": "we0nb.notebook.live",
+    "show": "we0nb.notebook.showing",
     "RunPanel": "we0nb.notebook.panel",
     "sessions_df": "we0nb.notebook.frames",
     "messages_df": "we0nb.notebook.frames",
@@ -174,6 +175,16 @@ async def _run_batch(agent: _Any, prompts: _Any, **options: _Any) -> _Any:
 
 
 _use_batch_runner(_run_batch)
+
+
+def _display(obj: _Any) -> dict[str, str]:
+    """The data model's rich display (it cannot import the notebook layer above it)."""
+    from .notebook.html import mimebundle
+
+    return mimebundle(obj)
+
+
+_use_display(_display)
 
 
 # tracing (we0nb.telemetry, the `otel` extra): imported only once OpenTelemetry is — a provider

@@ -12,9 +12,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["clean", "clean_json", "SurrogateJoiner"]
+__all__ = ["clean", "clean_json", "SurrogateJoiner", "clip_words", "readable_error"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: where an error message names the records it concerns (`` in session 'ses_…'``, `` (assistant
+#: message 'msg_…')``): a person reading a batch's errors already sees the item and its session
+_RECORD_IDS = re.compile(r"\s*\((?:user |assistant )?message '[^']*'\)|\s+in session '[^']*'|"
+                         r"\s*\(session '[^']*'\)")
 
 
 def clean(text: str) -> str:
@@ -57,3 +61,21 @@ class SurrogateJoiner:
         """What is still held at the end of a part (a lone half: U+FFFD)."""
         held, self._held = self._held, ""
         return clean(held) if held else ""
+
+
+def clip_words(text: str, limit: int) -> str:
+    """``text`` on one line, at most ``limit`` characters, cut at a word's end with an ellipsis."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:.(") + "…"
+
+
+def readable_error(message: str, limit: int = 160) -> str:
+    """An error message as a person reads it in a list: the record ids it names removed (the
+    reader sees the item and its session beside it), on one line, clipped at a word."""
+    return clip_words(_RECORD_IDS.sub("", message), limit)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._call_facts import (COMPLETED_ON_RESUME, MAY_HAVE_RUN, NEVER_STARTED, attempts_of, call_key_of,  # noqa: F401
                           effect_label, in_doubt_of)
+from ._plugins import display_bundle
 
 __all__ = [
     "SessionTime",
@@ -55,17 +56,14 @@ UNFINISHED_MESSAGE = "Assistant message was not completed before recovery."
 
 
 class _Displayable:
-    """Rich display in notebooks (HTML + plain text); the renderer is imported lazily."""
+    """Rich display in notebooks (HTML + plain text), by the renderer the notebook layer connects
+    (:mod:`we0nb._plugins`): the data model never imports the layers above it."""
 
-    def _repr_html_(self) -> str:
-        from .notebook.html import render_html
-
-        return render_html(self)
+    def _repr_html_(self) -> Optional[str]:
+        return display_bundle(self).get("text/html")
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        from .notebook.html import mimebundle
-
-        return mimebundle(self)
+        return display_bundle(self)
 
 
 class _Model(_Displayable, BaseModel):

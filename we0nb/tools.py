@@ -180,6 +180,23 @@ def to_output(value: Any) -> str:
         raise ToolOutputError(f"{type(value).__name__} is not JSON-serialisable ({e})") from e
 
 
+def _in_words(e: ValidationError) -> str:
+    """What pydantic found wrong, as a sentence a person (and a model) reads: where, what, the value
+    given — without pydantic's ``[type=…, input_value=…]`` codes."""
+
+    def one(err: Any) -> str:
+        loc = ".".join(str(x) for x in err["loc"])
+        value = err.get("input")
+        got = "" if err["type"] == "missing" or isinstance(value, dict) else f" (got {repr(value)[:60]})"
+        return f"{loc!r}: {err['msg']}{got}" if loc else f"{err['msg']}{got}"
+
+    errors = e.errors(include_url=False)
+    if len(errors) == 1:
+        text = one(errors[0])
+        return f" at {text}." if errors[0]["loc"] else f": {text}."
+    return ": " + "; ".join(one(err) for err in errors) + "."
+
+
 @dataclass(frozen=True)
 class ToolDefinition(Generic[R]):
     """A callable tool: name, description, input model, policy, and the function."""
@@ -218,7 +235,7 @@ class ToolDefinition(Generic[R]):
         try:
             model = self.input_model.model_validate(data)
         except ValidationError as e:
-            raise ToolInputError(f"Invalid arguments for tool {self.name!r}: {e}") from None
+            raise ToolInputError(f"Invalid arguments for tool {self.name!r}{_in_words(e)}") from None
         return {name: getattr(model, name) for name in type(model).model_fields}
 
     async def call(self, kwargs: dict[str, Any], context: Optional[ToolContext] = None) -> Any:

@@ -38,13 +38,14 @@ async def run_batch(agent: Any, prompts: Any, *, name: Optional[str] = None, con
     name = new_batch_name() if name is None else check_session_id(name, "batch(name=...)")
     store = batch_queue(agent.persistence)
     await store.open_batch(name, new, session_ids_given=session_ids is not None, now=now())
-    await _requeue(agent, store, name, retry_failed)
+    queued = await _requeue(agent, store, name, retry_failed)
     watch = batch_observer_for(agent, name, len(new), concurrency)
     if watch is not None:  # (before any task of the batch exists: they inherit what it makes current)
         watch.started()
     try:
         result = await _run(agent, name, concurrency=concurrency, abort=abort, progress=progress,
-                            own_sessions=session_ids is None, max_failures=max_failures, max_cost=max_cost)
+                            own_sessions=session_ids is None, max_failures=max_failures, max_cost=max_cost,
+                            queued=queued)
     except BaseException as e:
         if watch is not None:
             watch.ended(None, e)
@@ -55,7 +56,8 @@ async def run_batch(agent: Any, prompts: Any, *, name: Optional[str] = None, con
 
 
 async def _run(agent: Any, name: str, *, concurrency: int, abort: Optional[asyncio.Event], progress: bool,
-               own_sessions: bool, max_failures: Optional[int], max_cost: Optional[float]) -> BatchResult:
+               own_sessions: bool, max_failures: Optional[int], max_cost: Optional[float],
+               queued: Optional[dict[str, int]] = None) -> BatchResult:
     store = batch_queue(agent.persistence)
     stop = asyncio.Event()  # the runs' abort: set by the caller's abort, or by max_failures
     relay = asyncio.ensure_future(_relay(abort, stop)) if abort is not None else None
@@ -64,13 +66,15 @@ async def _run(agent: Any, name: str, *, concurrency: int, abort: Optional[async
     bar = make_progress(name, stop, progress)
     worker = Worker(agent, name, concurrency=concurrency, stop=stop, max_failures=max_failures,
                     own_sessions=own_sessions, progress=bar, max_cost=max_cost)
+    stopped: Optional[str] = None
     try:
-        bar.start((await store.list_batches(name))[0])
+        bar.start((await store.list_batches(name))[0], queued)
         stopped = await worker.run()
+        bar.counts((await store.list_batches(name))[0].counts)  # (the store's word is the last one shown)
     finally:
         if relay is not None:
             relay.cancel()
-        bar.close()
+        bar.close(stopped)
     return BatchResult(name=name, items=await store.batch_items(name), stopped=stopped,
                        costs=await store.batch_costs(name), agent=agent)
 
@@ -80,19 +84,26 @@ async def _relay(abort: asyncio.Event, stop: asyncio.Event) -> None:
     stop.set()
 
 
-async def _requeue(agent: Any, store: BatchQueue, name: str, retry_failed: bool) -> None:
+async def _requeue(agent: Any, store: BatchQueue, name: str, retry_failed: bool) -> dict[str, int]:
     """Queue again what this call should run beyond the unfinished items: the failed ones with
-    ``retry_failed``, and the approval items whose calls have all been decided."""
-    again = []
+    ``retry_failed``, and the approval items whose calls have all been decided. Returns the
+    items queued by status (what the progress counts a claim takes from)."""
+    again: list[int] = []
+    queued: dict[str, int] = {}
     for it in await store.batch_items(name):
         if it.queued or it.status == "running":
+            queued[it.status] = queued.get(it.status, 0) + 1
             continue
         if it.status == "failed" and retry_failed:
             again.append(it.item)
         elif it.status == "approval" and not (await agent.persistence.load_transcript(it.session_id)).pending_approvals:
             again.append(it.item)
+        else:
+            continue
+        queued[it.status] = queued.get(it.status, 0) + 1
     if again:
         await store.requeue_batch_items(name, again)
+    return queued
 
 
 def _check(concurrency: Any, abort: Any, max_failures: Any, max_cost: Any) -> None:

@@ -1,180 +1,185 @@
-"""The progress of a batch while it runs: a tqdm bar, and in Jupyter a live view.
+"""The progress of a batch while it runs: a tqdm bar in a terminal, a live view in Jupyter.
 
-``tqdm.auto`` draws an ipywidgets bar in Jupyter and text in a terminal: items ended out of
-the batch, the rate and the ETA, with done / failed / running counts. In a Jupyter kernel a
-small live view goes with it: the counts by status, the latest errors, and an Abort button
-(it sets the batch's abort event from the front end's thread, like the run panel's). The
-view is redrawn at most :attr:`LiveView.MAX_RATE` times a second whatever the item rate.
+In a terminal a ``tqdm`` bar shows the items ended out of the batch, the rate and the ETA,
+with done / failed / running counts. In a Jupyter kernel a live view takes its place
+(:mod:`we0nb.batch.progress_view`): a bar, the counts by status, the latest errors and an
+Abort button — redrawn at most :attr:`BatchView.MAX_RATE` times a second whatever the item
+rate, and saved with a readable HTML/text form of its last state.
+
+Every number shown comes from one :class:`Tally`, whose counts always sum to the batch's
+items: an item moves from one status to another, it is never counted twice.
 """
 
 from __future__ import annotations
 
 import asyncio
-import html
-import time
 from collections import deque
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
+from .._text import readable_error
 from ..persistence.batches import BATCH_STATUSES, ENDED, BatchInfo, ItemEnd
 
-__all__ = ["make_progress", "NoProgress", "Progress"]
+__all__ = ["make_progress", "NoProgress", "Progress", "Tally"]
+
+#: where a claimed item is taken from when the tally does not know which item it was
+_CLAIMED_FROM = ("pending", "aborted", "failed", "approval", "compact", "stop", "running")
+
+
+class Tally:
+    """Items by status, as this worker sees them move; the counts always sum to ``items``.
+
+    ``queued`` (by status) says how many items of each status a claim may take: an aborted
+    item continues, a failed one only with ``retry_failed``. Another worker's moves arrive
+    with :meth:`reset` (the store's counts).
+    """
+
+    def __init__(self, items: int, counts: Mapping[str, int], queued: Optional[Mapping[str, int]] = None):
+        self.items = items
+        self.by_status = {s: int(n) for s, n in counts.items() if n}
+        self.queued = dict(queued) if queued is not None else {s: self.by_status.get(s, 0)
+                                                                for s in ("pending", "aborted")}
+
+    def _move(self, source: str, target: str) -> None:
+        self.by_status[source] -= 1
+        if not self.by_status[source]:
+            del self.by_status[source]
+        self.by_status[target] = self.by_status.get(target, 0) + 1
+
+    def _source(self) -> Optional[str]:
+        for s in _CLAIMED_FROM:
+            if self.queued.get(s, 0) > 0 and self.by_status.get(s, 0) > 0:
+                return s
+        return next((s for s in _CLAIMED_FROM if self.by_status.get(s, 0) > 0 and s != "running"), None)
+
+    def claimed(self, n: int) -> None:
+        """``n`` items were claimed: each now runs."""
+        for _ in range(n):
+            source = self._source()
+            if source is None:
+                return
+            if self.queued.get(source, 0) > 0:
+                self.queued[source] -= 1
+            self._move(source, "running")
+
+    def ended(self, status: str, queued: bool = False) -> None:
+        """A running item ended with ``status`` (``queued``: it may run again, as an aborted item)."""
+        source = "running" if self.by_status.get("running", 0) > 0 else self._source()
+        if source is None:
+            return
+        self._move(source, status)
+        if queued:
+            self.queued[status] = self.queued.get(status, 0) + 1
+
+    def reset(self, counts: Mapping[str, int]) -> None:
+        """The store's counts (every worker's items): they replace what this worker inferred."""
+        self.by_status = {s: int(n) for s, n in counts.items() if n}
+        self.queued = {s: min(n, self.by_status.get(s, 0)) for s, n in self.queued.items()}
+
+    @property
+    def ended_items(self) -> int:
+        """Items in a status a continuation does not run again by itself (``ENDED``)."""
+        return sum(self.by_status.get(s, 0) for s in ENDED)
+
+    def ordered(self) -> list[tuple[str, int]]:
+        """``(status, count)`` for the statuses present, in :data:`BATCH_STATUSES` order."""
+        return [(s, self.by_status[s]) for s in BATCH_STATUSES if self.by_status.get(s)]
 
 
 class NoProgress:
     """``progress=False``: nothing is shown."""
 
-    def start(self, info: BatchInfo) -> None: ...
+    def start(self, info: BatchInfo, queued: Optional[Mapping[str, int]] = None) -> None: ...
     def claimed(self, n: int) -> None: ...
     def ended(self, item: int, end: ItemEnd) -> None: ...
     def counts(self, counts: dict[str, int]) -> None: ...
-    def close(self) -> None: ...
+    def close(self, stopped: Optional[str] = None) -> None: ...
 
 
 class Progress(NoProgress):
-    """A tqdm bar over the batch's items (and a :class:`LiveView` in Jupyter)."""
+    """A tqdm bar over the batch's items in a terminal; a :class:`BatchView` in Jupyter."""
 
     def __init__(self, name: str, stop: asyncio.Event, live: bool):
-        self.name, self.stop = name, stop
+        self.name, self.stop, self.live = name, stop, live
         self.bar: Any = None
-        self.view: Optional[LiveView] = LiveView(name, stop) if live else None
-        self.by_status: dict[str, int] = {}
-        self.running = 0
+        self.view: Any = None
+        self.tally = Tally(0, {})
         self.errors: deque[str] = deque(maxlen=3)
 
-    def start(self, info: BatchInfo) -> None:
+    @property
+    def by_status(self) -> dict[str, int]:
+        return self.tally.by_status
+
+    def start(self, info: BatchInfo, queued: Optional[Mapping[str, int]] = None) -> None:
+        self.tally = Tally(info.items, info.counts, queued)
+        if self.live:
+            from .progress_view import BatchView
+
+            self.view = BatchView(self.name, self.stop, info.items)
+            self.view.show(self.tally, self.errors)
+            return
         from tqdm.auto import tqdm
 
-        self.by_status = dict(info.counts)
-        done = sum(v for k, v in info.counts.items() if k in ENDED)
-        self.bar = tqdm(total=info.items, initial=done, desc=self.name, unit="item", mininterval=0.25,
-                        dynamic_ncols=True)
-        self._postfix()
-        if self.view is not None:
-            self.view.show()
-            self.view.update(self.by_status, self.errors)
+        self.bar = tqdm(total=info.items, initial=self.tally.ended_items, desc=self.name, unit="item",
+                        mininterval=0.25, dynamic_ncols=True)
+        self._redraw()
 
     def claimed(self, n: int) -> None:
-        self.running += n
-        self._postfix()
+        self.tally.claimed(n)
+        self._redraw()
 
     def ended(self, item: int, end: ItemEnd) -> None:
-        self.running = max(0, self.running - 1)
-        self.by_status[end.status] = self.by_status.get(end.status, 0) + 1
+        self.tally.ended(end.status, end.queued)
         if end.error and end.status == "failed":
-            self.errors.append(f"item {item}: {end.error}")
-        self._postfix()
-        if self.bar is not None and end.status in ENDED:
-            self.bar.update(1)
-        if self.view is not None:
-            self.view.update(self.by_status, self.errors)
+            self.errors.append(f"item {item}: {readable_error(end.error)}")
+        self._redraw()
 
     def counts(self, counts: dict[str, int]) -> None:
-        """The store's counts (every worker's items): the bar catches up with the others' work."""
-        self.by_status = dict(counts)
-        if self.bar is not None:
-            done = sum(v for k, v in counts.items() if k in ENDED)
-            if done > self.bar.n:
-                self.bar.update(done - self.bar.n)
-        self._postfix()
-        if self.view is not None:
-            self.view.update(self.by_status, self.errors)
+        """The store's counts (every worker's items): the view catches up with the others' work."""
+        self.tally.reset(counts)
+        self._redraw()
 
-    def _postfix(self) -> None:
+    def _redraw(self) -> None:
+        if self.view is not None:
+            self.view.update(self.tally, self.errors)
         if self.bar is None:
             return
-        done = sum(self.by_status.get(k, 0) for k in ("stop", "compact", "approval"))
-        self.bar.set_postfix_str(f"done={done} failed={self.by_status.get('failed', 0)} running={self.running}",
+        ended = self.tally.ended_items
+        if ended != self.bar.n:
+            self.bar.update(ended - self.bar.n)  # (an item failed before and retried runs again: it goes back)
+        by = self.tally.by_status
+        done = sum(by.get(k, 0) for k in ("stop", "compact", "approval"))
+        self.bar.set_postfix_str(f"done={done} failed={by.get('failed', 0)} running={by.get('running', 0)}",
                                  refresh=False)
 
-    def close(self) -> None:
+    def close(self, stopped: Optional[str] = None) -> None:
+        """The last state; ``stopped`` says why the call ended early (``"aborted"``, ``"max_failures"``…)."""
         if self.bar is not None:
-            self._postfix()
+            self._redraw()
             self.bar.refresh()
             self.bar.close()
         if self.view is not None:
-            self.view.close(self.by_status, self.errors)
-
-
-class LiveView:
-    """Counts by status, the latest errors and an Abort button, redrawn ≤ MAX_RATE times a second."""
-
-    MAX_RATE = 4.0
-
-    def __init__(self, name: str, stop: asyncio.Event):
-        import ipywidgets as w
-
-        self.name, self.stop = name, stop
-        self.loop = asyncio.get_running_loop()
-        self.html = w.HTML()
-        self.button = w.Button(description="Abort", button_style="danger", icon="stop")
-        self.button.on_click(self._abort)
-        self.box = w.VBox([self.html, self.button])
-        self.last = 0.0
-        self.pending: Optional[tuple[dict[str, int], list[str]]] = None
-        self.timer: Optional[asyncio.TimerHandle] = None
-        self.renders = 0
-
-    def show(self) -> None:
-        from IPython.display import display
-
-        display(self.box)
-
-    def _abort(self, _button: Any) -> None:
-        # the click may arrive on another thread (a kernel subshell): set the event on its loop
-        self.loop.call_soon_threadsafe(self.stop.set)
-        self.button.disabled = True
-        self.button.description = "Aborting…"
-
-    def update(self, counts: dict[str, int], errors: Any) -> None:
-        self.pending = (dict(counts), list(errors))
-        wait = self.last + 1.0 / self.MAX_RATE - time.monotonic()
-        if wait <= 0:
-            self._render()
-        elif self.timer is None:
-            self.timer = self.loop.call_later(wait, self._render)
-
-    def _render(self) -> None:
-        self.timer = None
-        if self.pending is None:
-            return
-        counts, errors = self.pending
-        self.pending = None
-        self.last = time.monotonic()
-        self.renders += 1
-        self.html.value = render_counts(self.name, counts, errors)
-
-    def close(self, counts: dict[str, int], errors: Any) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        self.pending = (dict(counts), list(errors))
-        self._render()
-        self.button.disabled = True
-        self.button.description = "Aborted" if self.stop.is_set() else "Done"
-
-
-def render_counts(name: str, counts: dict[str, int], errors: list[str]) -> str:
-    cells = "".join(f"<td style='padding:0 .6em'>{s}: <b>{counts[s]}</b></td>" for s in BATCH_STATUSES
-                    if counts.get(s))
-    errs = "".join(f"<li><code>{html.escape(e[:300])}</code></li>" for e in errors)
-    return (f"<div><b>{html.escape(name)}</b><table><tr>{cells}</tr></table>"
-            f"{'<div>latest errors:</div><ul>' + errs + '</ul>' if errs else ''}</div>")
+            self.view.close(self.tally, self.errors, stopped)
 
 
 def make_progress(name: str, stop: asyncio.Event, enabled: bool) -> NoProgress:
     if not enabled:
         return NoProgress()
-    import tqdm.auto  # noqa: F401  (in a kernel this imports ipywidgets, which _in_kernel looks for)
-
     return Progress(name, stop, live=_in_kernel())
 
 
 def _in_kernel() -> bool:
-    """Whether this runs in a Jupyter kernel (nothing is imported to find out: a kernel has)."""
+    """Whether this runs in a Jupyter kernel with ipywidgets (looked up, not imported: a kernel has
+    imported IPython and ipykernel already)."""
     import sys
 
     ipython = sys.modules.get("IPython")
-    if ipython is None or "ipykernel" not in sys.modules or "ipywidgets" not in sys.modules:
+    if ipython is None or "ipykernel" not in sys.modules:
         return False
     ip = ipython.get_ipython()
-    return ip is not None and hasattr(ip, "kernel")
+    if ip is None or not hasattr(ip, "kernel"):
+        return False
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -15,6 +15,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .._text import readable_error
 from ..models.pricing import format_cost
 from ..persistence.batches import BATCH_STATUSES, BatchItem, ItemCost
 from .prompts import prompt_text
@@ -99,7 +100,8 @@ class BatchResult:
         stopped = f" — stopped: {html.escape(self.stopped)}" if self.stopped else ""
         if self.costs:
             stopped = f" — cost {html.escape(format_cost(self.cost))}{stopped}"
-        errors = "".join(f"<li>item {it.item}: {html.escape((it.error or '')[:200])}</li>" for it in self.failed[:5])
+        errors = "".join(f"<li>item {it.item}: {html.escape(readable_error(it.error or '', 200))}</li>"
+                         for it in self.failed[:5])
         more = f"<li>… {len(self.failed) - 5} more</li>" if len(self.failed) > 5 else ""
         return (f"<div class='we0-batch'><b>Batch {html.escape(self.name)}</b>: {len(self.items)} items{stopped}"
                 f"<table><tr>{counts}</tr></table>{'<ul>' + errors + more + '</ul>' if errors else ''}</div>")

@@ -1,7 +1,7 @@
 """The notebook layer: display hooks, the live view, the run panel, magics, sync helpers.
 
-Importing this package imports neither pandas nor ipywidgets; the data-frame views
-(``sessions_df`` …) and the panel load their modules on first use.
+Importing this package imports neither pandas nor ipywidgets: the data-frame views
+(``sessions_df`` …) load their modules on first use, the panel imports ipywidgets when built.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from .html import esc, mimebundle, render_html, render_text
-from .live import LiveView, show
+from .live import LiveView
+from .showing import show
 from .sync import invoke_sync, run_sync
 
 __all__ = [

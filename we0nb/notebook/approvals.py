@@ -193,9 +193,7 @@ class ApprovalRow:
         self.box.schedule(self, False, *self._values())
 
     def _click(self, approve: bool) -> None:
-        from .panel import _current_click_header
-
-        if clicks.handled(_current_click_header()):
+        if clicks.handled(clicks.current_click_header()):
             return  # already decided when the message arrived (ipykernel 6)
         self.typed.clear()  # the edits' messages were handled in order before this click: the widgets are current
         self.box.click_threads.append(threading.current_thread().name)

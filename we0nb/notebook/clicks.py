@@ -32,7 +32,8 @@ import weakref
 from functools import partial
 from typing import Any, Callable, Optional
 
-__all__ = ["install", "register", "register_state", "unregister", "handled", "click_time", "kernel_version"]
+__all__ = ["install", "register", "register_state", "unregister", "handled", "click_time", "kernel_version",
+           "current_click_header"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,17 @@ def _kernel() -> Any:
         return None
     ip = get_ipython()
     return getattr(ip, "kernel", None) if ip is not None else None
+
+
+def current_click_header() -> Optional[dict]:
+    """The header of the comm message being handled (a click), when there is one."""
+    kernel = _kernel()
+    try:
+        parent = kernel.get_parent("shell") if kernel is not None else None
+    except Exception:  # pragma: no cover - kernels without get_parent
+        return None
+    header = (parent or {}).get("header") or {}
+    return header if header.get("msg_type") == "comm_msg" else None
 
 
 def kernel_version() -> Optional[tuple[int, ...]]:

@@ -212,7 +212,15 @@ def tool_table_html(parts: Sequence[Any], recovery: Optional[dict[str, str]] = N
     rows = "".join(tool_row_html(p, recovery.get(p.id), kept=kept, cut=cut) for p in parts)
     head = "".join(f"<th class='we0-cell we0-th'>{h}</th>" for h in ("tool", "input", "status", "duration",
                                                                    "output / error"))
-    return f"<table class='we0-tools'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    # fixed column widths: a row's content (a long JSON input, badges, an error) never resizes the
+    # columns, so the table does not jump as calls go from running to finished or aborted
+    cols = "".join(f"<col width='{w}' style='width:{w}'>" for w in _TOOL_COLUMNS)
+    return (f"<table class='we0-tools'><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
+
+
+#: the widths of the tool table's columns: tool (and call id), input, status, duration, output / error
+_TOOL_COLUMNS = ("17%", "33%", "14%", "8%", "28%")
 
 
 # --------------------------------------------------------------------------- parts
@@ -291,6 +299,11 @@ def _message_error(info: Any) -> str:
     if err is None:
         return ""
     recovered = (err.metadata or {}).get("recovered")
+    if recovered and err.reason == "UnfinishedAssistantMessage":  # not an error: a reply an abort or a crash cut
+        mode = err.metadata.get("mode")
+        by = {"resume": "the resume", "prompt": "the next prompt"}.get(mode, f"the {mode} run")
+        return (f"<div class='we0-warn we0-note'>This reply was cut before it finished (an abort or a crash); "
+                f"{esc(by)} closed it. <span class='we0-muted'>({esc(err.reason)})</span></div>")
     cls = "we0-warn" if recovered else "we0-err"
     extra = f" (recovered in {esc(err.metadata.get('mode'))} mode)" if recovered else ""
     return f"<div class='{cls} we0-note'>{esc(err.reason)}: {esc(err.message)}{extra}</div>"

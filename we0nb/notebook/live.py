@@ -26,7 +26,7 @@ from ..models.pricing import add_cost, format_cost
 from . import html as H
 from .plain import message_text
 
-__all__ = ["LiveView", "show", "ipython_display"]
+__all__ = ["LiveView", "ipython_display"]
 
 #: said under a run whose last reply was cut at the token limit (RunResult.truncated)
 TRUNCATED = ("Truncated: the last reply was cut at the token limit (finish_reason \"length\"); "
@@ -481,54 +481,3 @@ class LiveView:
             raise
         self.close("approval" if getattr(self.result, "result", None) == "approval" else "finished")
         return self.result
-
-
-async def show(source: Any, prompt: Optional[str] = None, *, display: Optional[Callable[[Bundle], Any]] = None,
-               handle: Any = None, interval: float = 0.05, title: Optional[str] = None,
-               max_bytes_per_s: Optional[float] = 200_000, **stream_kwargs: Any) -> Any:
-    """Render a run live in the current cell and return its RunResult (None when aborted).
-
-    ``source`` is the async iterator of ``agent.stream(...)``, or an agent: then
-    ``prompt`` (a string) and/or ``stream_kwargs`` (``session_id=``, ``mode=``,
-    ``abort=``, ``messages=``) are passed to ``agent.stream()``.
-
-    A run that ends with calls awaiting a person's decision (``result == "approval"``)
-    shows them in the view; with an agent as ``source`` (in a kernel), Approve / Deny
-    buttons follow below — a :class:`~we0nb.notebook.RunPanel` on the session, whose
-    resumed run continues in this same view. (A bare stream does not know its agent: the
-    view then says how to decide.)
-    """
-    agent = None
-    if hasattr(source, "stream") and hasattr(source, "persistence"):
-        agent = source
-        if prompt is not None:
-            if "messages" in stream_kwargs:
-                raise TypeError("show(agent, prompt, messages=...): pass either a prompt or messages, not both.")
-            from ..engine.request import user_message
-
-            stream_kwargs["messages"] = [user_message(prompt)]
-        stream = source.stream(**stream_kwargs)
-    else:
-        if prompt is not None or stream_kwargs:
-            raise TypeError("show(stream): prompt and stream options are only accepted with an agent; "
-                            "pass them to agent.stream(...) instead.")
-        if not hasattr(source, "__aiter__"):
-            raise TypeError(f"show() expects agent.stream(...) or an agent, got {type(source).__name__}.")
-        stream = source
-    view = LiveView(interval=interval, display=display, handle=handle, title=title,
-                    max_bytes_per_s=max_bytes_per_s)
-    view.start()
-    result = await view.consume(stream)
-    if agent is not None and view.awaiting and _in_kernel():
-        _approval_panel(agent, view)
-    return result
-
-
-def _approval_panel(agent: Any, view: LiveView) -> Any:
-    """The Approve / Deny rows for the calls ``view``'s run left awaiting, displayed below it."""
-    from .panel import RunPanel
-
-    panel = RunPanel(agent, view.session_id, check=False, view=view)
-    panel._await_decisions(view.awaiting)
-    panel.display_controls()
-    return panel

@@ -46,17 +46,6 @@ _AWAITING = "awaiting approval"
 _panels: "weakref.WeakSet[RunPanel]" = weakref.WeakSet()
 
 
-def _current_click_header() -> Optional[dict]:
-    """The header of the comm message being handled (a click), when there is one."""
-    kernel = clicks._kernel()
-    try:
-        parent = kernel.get_parent("shell") if kernel is not None else None
-    except Exception:  # pragma: no cover - kernels without get_parent
-        return None
-    header = (parent or {}).get("header") or {}
-    return header if header.get("msg_type") == "comm_msg" else None
-
-
 class RunPanel:
     """A run panel bound to ``agent`` and one session.
 
@@ -213,6 +202,7 @@ class RunPanel:
         t = await self.agent.transcript(self.session_id)
         if t.session is not None and self.status == "idle":
             if t.pending_approvals:
+                self.view.status = "approval"  # (its badge then says what the panel says: awaiting approval)
                 self.view.show_turn(t.messages)
                 self._await_decisions(t.pending_approvals)
             elif t.needs_resume:
@@ -433,7 +423,7 @@ class RunPanel:
         self.abort(clicked_at=clicks.click_time(header))
 
     def _on_abort_click(self, _button: Any = None) -> None:
-        header = _current_click_header()
+        header = clicks.current_click_header()
         if clicks.handled(header):
             return  # already aborted when the message arrived
         self.click_threads.append(threading.current_thread().name)

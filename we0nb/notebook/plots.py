@@ -155,7 +155,7 @@ def _step_bar(ax: Any, lane: int, m: pd.Series, clock: _Clock) -> float:
     left = clock(m["created"])
     right = clock(m["completed"]) if status != "unfinished" else clock.end
     ax.barh(lane, max(right - left, clock.min_width), left=left, height=0.7, color=STEP_COLORS[status],
-            edgecolor=INK, linewidth=0.4, hatch="//" if status == "unfinished" else None)
+            edgecolor=INK, linewidth=0.4, hatch="//" if status == "unfinished" else None, label=f"step {status}")
     return left
 
 
@@ -165,7 +165,7 @@ def _wait_bar(ax: Any, lane: int, c: pd.Series, step_end: float, clock: _Clock) 
     awaiting = pd.isna(c["decided"])
     end = clock.end if awaiting else clock(c["decided"])
     ax.barh(lane, max(end - step_end, clock.min_width), left=step_end, height=0.5, color=APPROVAL_COLOR,
-            edgecolor=INK, linewidth=0.4, hatch="xx" if awaiting else None)
+            edgecolor=INK, linewidth=0.4, hatch="xx" if awaiting else None, label="approval wait")
     return end
 
 
@@ -180,7 +180,7 @@ def _call_bar(ax: Any, lane: int, c: pd.Series, step_start: float, clock: _Clock
         end = clock.end if unfinished else start
     hatch = "//" if unfinished else (".." if c["recalled"] else None)
     ax.barh(lane, max(end - start, clock.min_width), left=start, height=0.5, color=TOOL_COLORS[status],
-            edgecolor=INK, linewidth=0.4, hatch=hatch)
+            edgecolor=INK, linewidth=0.4, hatch=hatch, label=f"tool {status}")
 
 
 def _timeline_lanes(ax: Any, msgs: pd.DataFrame, calls: pd.DataFrame, clock: _Clock) -> list[str]:
@@ -214,6 +214,8 @@ def _timeline_frame(ax: Any, labels: list[str], title: str) -> None:
     handles = [Patch(facecolor=c, edgecolor=INK, label=f"step {k}") for k, c in STEP_COLORS.items()]
     handles += [Patch(facecolor=c, edgecolor=INK, label=f"tool {k}") for k, c in TOOL_COLORS.items()]
     handles.append(Patch(facecolor=APPROVAL_COLOR, edgecolor=INK, label="approval wait"))
+    drawn = {c.get_label() for c in ax.containers}  # the legend names only what the plot shows
+    handles = [h for h in handles if h.get_label() in drawn]
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)
     ax.grid(axis="x", alpha=0.3)
 

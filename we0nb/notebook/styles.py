@@ -32,11 +32,11 @@ color:var(--jp-ui-font-color2,#616161);margin-right:.5em}
 .we0 details.we0-reasoning{margin:.2em 0;color:var(--jp-ui-font-color2,#616161)}
 .we0 details.we0-reasoning>summary{cursor:pointer;font-style:italic}
 .we0 .we0-reasoning .we0-text{border-left:2px dotted var(--jp-border-color1,#bdbdbd);padding-left:.5em}
-.we0 table.we0-tools{font-size:inherit;border-collapse:collapse;margin:.3em 0;width:100%;table-layout:auto}
+.we0 table.we0-tools{font-size:inherit;border-collapse:collapse;margin:.3em 0;width:100%;table-layout:fixed}
 .we0 table.we0-tools th,.we0 table.we0-tools td{border:1px solid var(--jp-border-color2,#e0e0e0);padding:.15em .4em;
 text-align:left;vertical-align:top}
 .we0 table.we0-tools th{background:var(--jp-layout-color2,rgba(127,127,127,.08));font-weight:600}
-.we0 table.we0-tools td.we0-io{white-space:pre-wrap;word-break:break-word;max-width:40em}
+.we0 table.we0-tools td.we0-io{white-space:pre-wrap;overflow-wrap:anywhere}
 .we0 table.we0-kv td{padding:.05em .6em .05em 0;vertical-align:top}
 .we0 .we0-badge{display:inline-block;padding:0 .45em;border-radius:.7em;font-size:var(--jp-ui-font-size0,11px);
 font-weight:600;color:#fff;background:var(--jp-ui-font-color3,#9e9e9e);white-space:nowrap}
@@ -53,7 +53,7 @@ font-weight:600;color:#fff;background:var(--jp-ui-font-color3,#9e9e9e);white-spa
 .we0 .we0-err,.we0 .we0-note.we0-err{color:var(--jp-error-color1,#d32f2f)}
 .we0 .we0-warn,.we0 .we0-note.we0-warn{color:var(--jp-warn-color1,#f57c00)}
 .we0 .we0-o-keep{background:#607d8b}
-.we0 .we0-id{word-break:break-all}
+.we0 .we0-id{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 .we0 .we0-o-recall{background:var(--jp-brand-color1,#1976d2)}
 .we0 .we0-o-in_doubt{background:#c62828}
 .we0 .we0-o-never_started{background:#607d8b}
@@ -72,17 +72,17 @@ INLINE = {
     "we0-title": "font-weight:600",
     "we0-muted": "opacity:0.75;font-size:11px",
     "we0-mono": "font-family:monospace",
-    "we0-id": "word-break:break-all",
+    "we0-id": "white-space:nowrap;overflow:hidden;text-overflow:ellipsis",
     "we0-turn": f"border-left:3px solid {_GREY_LINE};padding:2px 8px;margin:4px 0",
     "we0-user": "border-left-color:#1976d2",
     "we0-assistant": "border-left-color:#388e3c",
     "we0-role": "font-weight:600;font-size:11px;text-transform:uppercase;letter-spacing:0.5px;opacity:0.8;"
                 "margin-right:6px",
     "we0-text": "white-space:pre-wrap;overflow-wrap:break-word;margin:2px 0",
-    "we0-tools": "border-collapse:collapse;margin:4px 0;width:100%",
+    "we0-tools": "border-collapse:collapse;margin:4px 0;width:100%;table-layout:fixed",
     "we0-cell": f"border:1px solid {_GREY_LINE};padding:2px 6px;text-align:left;vertical-align:top",
     "we0-th": "font-weight:600;background-color:rgba(128,128,128,0.12)",
-    "we0-io": "white-space:pre-wrap;overflow-wrap:break-word;max-width:40em",
+    "we0-io": "white-space:pre-wrap;overflow-wrap:anywhere",
     "we0-kv": "border-collapse:collapse",
     "we0-badge": "display:inline-block;padding:0 6px;margin:1px 2px 1px 0;border-radius:8px;font-size:11px;"
                  "font-weight:600;color:#ffffff;background-color:#9e9e9e;white-space:nowrap",
