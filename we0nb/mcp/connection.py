@@ -198,6 +198,9 @@ def _describe(e: BaseException) -> str:
 
 
 def _version() -> str:
-    from .. import __version__
+    from importlib.metadata import PackageNotFoundError, version
 
-    return __version__
+    try:
+        return version("we0nb")
+    except PackageNotFoundError:  # a checkout on sys.path, not installed
+        return "0+unknown"
