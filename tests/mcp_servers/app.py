@@ -6,10 +6,10 @@ appends one JSON line to the ledger (the ground truth of what ran), with the ser
 
 Tools: ``echo`` and ``lookup`` (annotated readOnlyHint), ``place_order`` (no annotations:
 side effects), ``slow`` (sleeps; notes a cancellation in the ledger), ``fail`` (isError),
-``structured`` (structuredContent), ``picture``/``clip``/``links`` (image, audio, resource
+``charge`` (idempotentHint; records the idempotency key sent in ``_meta``), ``structured`` (structuredContent), ``picture``/``clip``/``links`` (image, audio, resource
 link), ``die`` (the process exits mid-call), ``garbage`` (writes a non-JSON line to stdout),
 ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID).
-An item or key ``"block"`` makes ``place_order``/``lookup`` write the ledger, then wait forever —
+An item or key ``"block"`` makes ``place_order``/``lookup``/``charge`` write the ledger, then wait forever —
 the first time only (a file beside the ledger remembers it), so a recalled call finishes.
 """
 
@@ -77,6 +77,14 @@ def build(ledger: str) -> MCPServer:
             note("slow", event="cancelled")
             raise
         return "slept"
+
+    @app.tool(annotations=ToolAnnotations(idempotent_hint=True))
+    async def charge(item: str, ctx: Context) -> str:
+        """Charge for an item (idempotent: the client's key arrives in _meta; "block" hangs once)."""
+        key = (ctx.request_context.meta or {}).get("io.we0nb/idempotency-key")
+        note("charge", item=item, key=key)
+        await hold(item)
+        return f"charged {item} (key {key})"
 
     @app.tool()
     def fail(message: str) -> str:

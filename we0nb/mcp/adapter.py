@@ -4,7 +4,9 @@ against the tool's ``inputSchema``, and results turned into output, JSON and att
 MCP says a client must treat tool annotations as untrusted unless it trusts the server, so
 by default every MCP tool has side effects (interrupted on resume, never run twice). Only
 with ``trust_annotations=True`` does ``readOnlyHint: true`` make a tool read-only (recalled
-on resume). ``policies=`` overrides both, per tool.
+on resume) and ``idempotentHint: true`` make it idempotent (executed again with the same
+idempotency key on resume, SPEC §11). ``policies=`` overrides both, per tool. Every call
+carries its idempotency key in the request's ``_meta`` under :data:`IDEMPOTENCY_META_KEY`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from ..tools import ToolDefinition, ToolError, ToolInputError, ToolPolicy, ToolR
 from .endpoint import Endpoint
 
 
-__all__ = ["MCPTool", "PolicyOptions", "tool_policy", "make_tool", "to_return", "call_error"]
+__all__ = ["MCPTool", "PolicyOptions", "tool_policy", "make_tool", "to_return", "call_error",
+           "IDEMPOTENCY_META_KEY"]
+
+#: where a call's idempotency key travels in the ``tools/call`` request's ``_meta`` (SPEC §11)
+IDEMPOTENCY_META_KEY = "io.we0nb/idempotency-key"
 
 log = logging.getLogger("we0nb.mcp")
 
@@ -73,7 +79,7 @@ class MCPTool(ToolDefinition[Any]):
 
     async def call(self, kwargs: dict[str, Any], context: Any = None) -> Any:
         assert self.server is not None
-        return await self.server.call_tool(self.remote_name, kwargs)
+        return await self.server.call_tool(self.remote_name, kwargs, context=context)
 
 
 # --------------------------------------------------------------------------- policy
@@ -100,10 +106,14 @@ def tool_policy(name: str, hints: Mapping[str, Any], opts: PolicyOptions) -> tup
             override = replace(override, requires_approval=True)
         return override, "policies="
     read_only = hints.get("read_only_hint") is True
+    idempotent = hints.get("idempotent_hint") is True
     if read_only and opts.trust_annotations:
         return ToolPolicy(side_effects=False, requires_approval=approval), "readOnlyHint (trusted)"
-    if read_only:
-        return ToolPolicy(requires_approval=approval), "default (readOnlyHint not trusted)"
+    if idempotent and opts.trust_annotations:
+        return ToolPolicy(idempotent=True, requires_approval=approval), "idempotentHint (trusted)"
+    if read_only or idempotent:
+        hint = "readOnlyHint" if read_only else "idempotentHint"
+        return ToolPolicy(requires_approval=approval), f"default ({hint} not trusted)"
     return ToolPolicy(requires_approval=approval), "default"
 
 

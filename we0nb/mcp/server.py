@@ -23,8 +23,8 @@ from typing import Any, AsyncIterator, Iterable, Mapping, Optional, Sequence, Un
 
 from .._extras import require
 from ..errors import MCPServerError
-from ..tools import ToolError, ToolPolicy
-from .adapter import MCPTool, PolicyOptions, call_error, make_tool, to_return
+from ..tools import ToolContext, ToolError, ToolPolicy
+from .adapter import IDEMPOTENCY_META_KEY, MCPTool, PolicyOptions, call_error, make_tool, to_return
 from .connection import Connection, list_tools
 
 __all__ = ["MCPServer"]
@@ -135,9 +135,13 @@ class MCPServer:
             log.warning("%s: could not refresh its tools (%s); keeping the last list", self.label, e)
         return self._tools
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+    async def call_tool(self, name: str, arguments: dict[str, Any], *, context: Optional[ToolContext] = None) -> Any:
         """Call the server's tool ``name`` (its own name, without prefix); the result as a tool
-        return value. Every failure is a :class:`~we0nb.tools.ToolError` with one clear line."""
+        return value. Every failure is a :class:`~we0nb.tools.ToolError` with one clear line.
+
+        ``context`` (the engine passes it) puts the call's idempotency key in the request's
+        ``_meta`` as ``"io.we0nb/idempotency-key"``, so a server can deduplicate on it."""
+        meta = {IDEMPOTENCY_META_KEY: context.idempotency_key} if context is not None else None
         conn = self._live()
         if conn is None:
             try:
@@ -146,7 +150,7 @@ class MCPServer:
                 raise ToolError(f"{e} The call to {name!r} was not made.", {"mcp_error": "unavailable"}) from None
         session = conn.session
         try:
-            result = await session.call_tool(name, arguments, read_timeout_seconds=self.timeout)
+            result = await session.call_tool(name, arguments, read_timeout_seconds=self.timeout, meta=meta)
         except Exception as e:
             again = ("The server is started again on the next call." if self.kind == "stdio"
                      else "It is reconnected on the next call.")
