@@ -162,14 +162,33 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ledger", required=True)
     ap.add_argument("--http", type=int, default=None, help="serve streamable HTTP on 127.0.0.1:PORT")
+    ap.add_argument("--token", default=None, help="HTTP only: answer 401 unless 'Authorization: Bearer TOKEN'")
     args = ap.parse_args()
     with open(args.ledger, "a") as f:
         f.write(json.dumps({"tool": "(start)", "pid": os.getpid()}) + "\n")
     app = build(args.ledger)
     if args.http is None:
         app.run()
-    else:
+    elif args.token is None:
         app.run("streamable-http", host="127.0.0.1", port=args.http)
+    else:
+        import uvicorn
+
+        asgi = bearer_only(app.streamable_http_app(), args.token)
+        uvicorn.run(asgi, host="127.0.0.1", port=args.http, log_level="warning")
+
+
+def bearer_only(asgi, token: str):
+    """The app behind a bearer-token check: 401 with a WWW-Authenticate challenge otherwise."""
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != f"Bearer {token}".encode():
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"www-authenticate", b'Bearer error="invalid_token"'),
+                                    (b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await asgi(scope, receive, send)
+    return guarded
 
 
 if __name__ == "__main__":

@@ -20,10 +20,14 @@ from typing import Any, Callable, Optional
 
 from ..errors import MCPServerError
 from .endpoint import Endpoint
+from .http import HttpWatch
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "AUTH_HINT"]
 
 log = logging.getLogger("we0nb.mcp")
+
+AUTH_HINT = ("Pass credentials with MCPServer.http(url, headers={'Authorization': 'Bearer …'}) or "
+             "auth= (an httpx2.Auth such as the SDK's OAuthClientProvider, or we0nb.mcp.oauth).")
 
 
 class _Watched:
@@ -78,13 +82,15 @@ class Connection:
         self.dead: Optional[str] = None
         #: the server said its tool list changed (notifications/tools/list_changed)
         self.stale = False
+        #: what the HTTP answers said (a forgotten session, an authorization failure)
+        self.watch = HttpWatch()
         self._closing = asyncio.Event()
         self._ready: asyncio.Future[list[Any]] = loop.create_future()
         self.task = loop.create_task(self._main(), name=f"we0nb {server.label}")
 
     @property
     def usable(self) -> bool:
-        return self.session is not None and self.dead is None
+        return self.session is not None and self.dead is None and not self.watch.session_lost
 
     async def ready(self) -> list[Any]:
         """The server's tools once connected; MCPServerError when it could not be."""
@@ -93,6 +99,9 @@ class Connection:
         except MCPServerError:
             raise
         except Exception as e:
+            if self.watch.auth_failure is not None:
+                raise MCPServerError(f"{self.server.label} refused the connection: {self.watch.auth_failure} — an "
+                                     f"authorization problem. {AUTH_HINT}") from e
             raise MCPServerError(f"{self.server.label} could not be started: {_describe(e)}. "
                                  f"{self.server.hint}") from e
 
@@ -115,7 +124,7 @@ class Connection:
         server = self.server
         try:
             async with contextlib.AsyncExitStack() as stack:
-                read, write = await stack.enter_async_context(server.transport())
+                read, write = await stack.enter_async_context(server.transport(self.watch))
                 session = await stack.enter_async_context(mcp.ClientSession(
                     _Watched(read, self._on_end_of_stream), write, message_handler=self._on_message,
                     client_info=mcp.Implementation(name="we0nb", version=_version())))

@@ -19,13 +19,14 @@ import os
 import sys
 import weakref
 from dataclasses import asdict
-from typing import Any, AsyncIterator, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from .._extras import require
 from ..errors import MCPServerError
 from ..tools import ToolContext, ToolError, ToolPolicy
 from .adapter import IDEMPOTENCY_META_KEY, MCPTool, PolicyOptions, call_error, make_tool, to_return
-from .connection import Connection, list_tools
+from .connection import AUTH_HINT, Connection, list_tools
+from .http import HttpWatch, http_transport
 
 __all__ = ["MCPServer"]
 
@@ -91,14 +92,20 @@ class MCPServer:
                    connect_timeout=connect_timeout)
 
     @classmethod
-    def http(cls, url: str, *, headers: Optional[Mapping[str, str]] = None, name: Optional[str] = None,
+    def http(cls, url: str, *, headers: Optional[Mapping[str, str]] = None, auth: Any = None,
+             name: Optional[str] = None,
              trust_annotations: bool = False, policies: Optional[Mapping[str, ToolPolicy]] = None,
              prefix: Optional[str] = None, timeout: Optional[float] = 300.0,
              requires_approval: ApprovalOption = None, connect_timeout: float = 30.0) -> "MCPServer":
-        """A server reached over MCP's streamable HTTP transport at ``url`` (``headers`` on every request)."""
+        """A server reached over MCP's streamable HTTP transport at ``url``.
+
+        ``headers`` go on every request; ``auth`` is any ``httpx2.Auth`` (the HTTP client the
+        SDK uses) — a token scheme of your own, or the SDK's ``OAuthClientProvider`` for OAuth 2.1.
+        A 401 or 403 is reported as an authorization problem.
+        """
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"MCPServer.http(url): expected an http:// or https:// URL, got {url!r}.")
-        target = {"url": url, "headers": dict(headers) if headers else None}
+        target = {"url": url, "headers": dict(headers) if headers else None, "auth": _check_auth(auth)}
         return cls(kind="http", target=target, name=name or url, trust_annotations=trust_annotations,
                    policies=policies, prefix=prefix, timeout=timeout, requires_approval=requires_approval,
                    connect_timeout=connect_timeout)
@@ -140,25 +147,47 @@ class MCPServer:
         return value. Every failure is a :class:`~we0nb.tools.ToolError` with one clear line.
 
         ``context`` (the engine passes it) puts the call's idempotency key in the request's
-        ``_meta`` as ``"io.we0nb/idempotency-key"``, so a server can deduplicate on it."""
+        ``_meta`` as ``"io.we0nb/idempotency-key"``, so a server can deduplicate on it. An HTTP
+        server that forgot our session (it restarted) gets a new session and the call again:
+        it answered 404, so it did not process the call."""
         meta = {IDEMPOTENCY_META_KEY: context.idempotency_key} if context is not None else None
-        conn = self._live()
-        if conn is None:
+        for again in (False, True):
+            conn = await self._connection_for(name)
             try:
-                conn = await self._connect()
-            except MCPServerError as e:
-                raise ToolError(f"{e} The call to {name!r} was not made.", {"mcp_error": "unavailable"}) from None
-        session = conn.session
+                result = await conn.session.call_tool(name, arguments, read_timeout_seconds=self.timeout, meta=meta)
+            except Exception as e:
+                if conn.watch.session_lost and not again and _refused(e):
+                    log.info("%s forgot the MCP session (HTTP 404); starting a new one and calling %r again",
+                             self.label, name)
+                    conn.end("the server forgot the MCP session (HTTP 404)")
+                    continue
+                raise self._failure(e, conn, name) from None
+            return to_return(result, self.label, name)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _connection_for(self, name: str) -> Connection:
+        conn = self._live()
+        if conn is not None:
+            return conn
         try:
-            result = await session.call_tool(name, arguments, read_timeout_seconds=self.timeout, meta=meta)
-        except Exception as e:
-            again = ("The server is started again on the next call." if self.kind == "stdio"
-                     else "It is reconnected on the next call.")
-            err = call_error(e, self.label, name, self.timeout, conn.dead, again)
-            if err.metadata.get("mcp_error") == "connection_closed":
-                conn.end(conn.dead or "the connection was closed")
-            raise err from None
-        return to_return(result, self.label, name)
+            return await self._connect()
+        except MCPServerError as e:
+            raise ToolError(f"{e} The call to {name!r} was not made.", {"mcp_error": "unavailable"}) from None
+
+    def _failure(self, e: BaseException, conn: Connection, name: str) -> ToolError:
+        """What a failed call becomes (and the connection ended when it cannot be used again)."""
+        again = ("The server is started again on the next call." if self.kind == "stdio"
+                 else "It is reconnected on the next call.")
+        if conn.watch.auth_failure is not None:
+            conn.end(f"authorization failed ({conn.watch.auth_failure})")
+            return ToolError(f"{self.label} refused the call to {name!r}: {conn.watch.auth_failure} — an authorization "
+                             f"problem. {AUTH_HINT}", {"mcp_error": "unauthorized"})
+        err = call_error(e, self.label, name, self.timeout, conn.dead, again)
+        if err.metadata.get("mcp_error") == "connection_closed":
+            conn.end(conn.dead or "the connection was closed")
+        elif conn.watch.session_lost:
+            conn.end("the server forgot the MCP session (HTTP 404)")
+        return err
 
     # ------------------------------------------------------------------ the effective policies
 
@@ -220,15 +249,16 @@ class MCPServer:
 
     # ------------------------------------------------------------------ internals
 
-    def transport(self) -> Any:
-        """The SDK transport for this server (an async context manager of the stream pair)."""
+    def transport(self, watch: HttpWatch) -> Any:
+        """The SDK transport for this server (an async context manager of the stream pair);
+        ``watch`` learns what HTTP answers say (a forgotten session, a refused authorization)."""
         t = self._target
         if self.kind == "stdio":
             import mcp
 
             params = mcp.StdioServerParameters(command=t["command"], args=t["args"], env=t["env"], cwd=t["cwd"])
             return mcp.stdio_client(params, errlog=_errlog())
-        return _http_transport(t["url"], t["headers"])
+        return http_transport(t["url"], t["headers"], t["auth"], watch)
 
     def _live(self) -> Optional[Connection]:
         conn = self._conns.get(_running_loop())
@@ -283,19 +313,13 @@ class MCPServer:
                                f"(`await server.connect()` or `async with server:`), then call {what}().")
 
 
-@contextlib.asynccontextmanager
-async def _http_transport(url: str, headers: Optional[dict[str, str]]) -> AsyncIterator[Any]:
-    from mcp.client.streamable_http import streamable_http_client
+def _refused(e: BaseException) -> bool:
+    """Whether a failed request was answered with a JSON-RPC error (not a timeout or a dropped
+    connection): after a 404 for our session, that answer means the request was not processed."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-    if not headers:
-        async with streamable_http_client(url) as streams:
-            yield streams
-        return
-    import httpx2
-
-    client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
-    async with client, streamable_http_client(url, http_client=client) as streams:
-        yield streams
+    return isinstance(e, MCPError) and e.error.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
 
 
 def _errlog() -> Any:
@@ -320,6 +344,17 @@ def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
 
 
 # --------------------------------------------------------------------------- option checks
+
+
+def _check_auth(auth: Any) -> Any:
+    if auth is None:
+        return None
+    import httpx2
+
+    if not isinstance(auth, httpx2.Auth):
+        raise TypeError(f"MCPServer.http(auth=...): expected an httpx2.Auth (e.g. the SDK's OAuthClientProvider), "
+                        f"got {type(auth).__name__}; for a fixed token use headers={{'Authorization': 'Bearer …'}}.")
+    return auth
 
 
 def _check_prefix(prefix: Any) -> Optional[str]:

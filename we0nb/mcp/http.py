@@ -1,0 +1,56 @@
+"""MCP's streamable HTTP transport as we0nb uses it: one ``httpx2`` client per connection that
+carries the user's ``headers=`` and ``auth=``, and watches the answers for what the SDK's
+transport flattens into JSON-RPC errors:
+
+- **404 to a request that carried an ``Mcp-Session-Id``**: the server forgot the session (it
+  restarted, or expired it). The spec says the client MUST start a new session; the
+  connection is marked ``lost`` and the server object starts a new one (and, for a
+  ``tools/call`` the server refused this way, calls again: a 404 means it was not processed).
+- **401 / 403**: an authorization problem, named as such (what to pass as ``auth=``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Optional
+
+__all__ = ["HttpWatch", "http_transport"]
+
+SESSION_HEADER = "mcp-session-id"
+
+
+@dataclass
+class HttpWatch:
+    """What the HTTP answers told the connection (read by :class:`~we0nb.mcp.connection.Connection`)."""
+
+    #: the server answered 404 to a request of our session: it no longer knows it
+    session_lost: bool = False
+    #: the last 401/403 ("HTTP 401: <what the server said>"), None when none
+    auth_failure: Optional[str] = None
+    on_change: Optional[Callable[[], None]] = None
+
+    async def on_response(self, response: Any) -> None:
+        status = response.status_code
+        if status == 404 and response.request.headers.get(SESSION_HEADER) and response.request.method != "DELETE":
+            self.session_lost = True
+        elif status in (401, 403):
+            challenge = response.headers.get("www-authenticate", "")
+            self.auth_failure = f"HTTP {status}" + (f" ({challenge[:200]})" if challenge else "")
+        else:
+            return
+        if self.on_change is not None:
+            self.on_change()
+
+
+@contextlib.asynccontextmanager
+async def http_transport(url: str, headers: Optional[dict[str, str]], auth: Any,
+                         watch: HttpWatch) -> AsyncIterator[Any]:
+    """The SDK's streamable HTTP client over our own ``httpx2`` client (headers, auth, the watch)."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    client = httpx2.AsyncClient(headers=headers or None, auth=auth, timeout=httpx2.Timeout(30.0, read=300.0),
+                                event_hooks={"response": [watch.on_response]})
+    async with client, streamable_http_client(url, http_client=client) as streams:
+        yield streams
