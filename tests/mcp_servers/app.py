@@ -8,7 +8,7 @@ Tools: ``echo`` and ``lookup`` (annotated readOnlyHint), ``place_order`` (no ann
 side effects), ``slow`` (sleeps; notes a cancellation in the ledger), ``fail`` (isError),
 ``charge`` (idempotentHint; records the idempotency key sent in ``_meta``), ``structured`` (structuredContent), ``picture``/``clip``/``links`` (image, audio, resource
 link), ``die`` (the process exits mid-call), ``garbage`` (writes a non-JSON line to stdout),
-``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID).
+``report`` (listed as task-required), ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID).
 An item or key ``"block"`` makes ``place_order``/``lookup``/``charge`` write the ledger, then wait forever —
 the first time only (a file beside the ledger remembers it), so a recalled call finishes.
 """
@@ -23,7 +23,7 @@ from typing import TypedDict
 
 from mcp.server.mcpserver import Audio, Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ResourceLink, TextContent, ToolAnnotations
+from mcp.types import ResourceLink, TextContent, ToolAnnotations, ToolExecution
 
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 
@@ -33,8 +33,17 @@ class Square(TypedDict):
     square: int
 
 
+class _Server(MCPServer):
+    """The SDK's server, listing ``report`` as a tool that must be called as a task (2025-11-25)."""
+
+    async def list_tools(self) -> list:
+        tools = await super().list_tools()
+        return [t.model_copy(update={"execution": ToolExecution(task_support="required")}) if t.name == "report"
+                else t for t in tools]
+
+
 def build(ledger: str) -> MCPServer:
-    app = MCPServer("we0nb-test")
+    app = _Server("we0nb-test")
 
     def note(tool: str, **data: object) -> None:
         with open(ledger, "a") as f:
@@ -85,6 +94,12 @@ def build(ledger: str) -> MCPServer:
         note("charge", item=item, key=key)
         await hold(item)
         return f"charged {item} (key {key})"
+
+    @app.tool()
+    def report() -> str:
+        """Listed with taskSupport "required": a client that cannot run tasks must not offer it."""
+        note("report")
+        return "report"
 
     @app.tool()
     def fail(message: str) -> str:

@@ -24,7 +24,7 @@ from .endpoint import Endpoint
 
 
 __all__ = ["MCPTool", "PolicyOptions", "tool_policy", "make_tool", "to_return", "call_error",
-           "IDEMPOTENCY_META_KEY"]
+           "IDEMPOTENCY_META_KEY", "hidden_reason"]
 
 #: where a call's idempotency key travels in the ``tools/call`` request's ``_meta`` (SPEC §11)
 IDEMPOTENCY_META_KEY = "io.we0nb/idempotency-key"
@@ -115,6 +115,17 @@ def tool_policy(name: str, hints: Mapping[str, Any], opts: PolicyOptions) -> tup
         hint = "readOnlyHint" if read_only else "idempotentHint"
         return ToolPolicy(requires_approval=approval), f"default ({hint} not trusted)"
     return ToolPolicy(requires_approval=approval), "default"
+
+
+def hidden_reason(tool: Any) -> Optional[str]:
+    """Why a listed tool is not offered to the model (None: it is). A tool whose ``execution``
+    says ``taskSupport: "required"`` answers a plain call with an error (MCP 2025-11-25: it
+    must be called as a task, which this client does not do), so the model never sees it."""
+    execution = getattr(tool, "execution", None)
+    if getattr(execution, "task_support", None) == "required":
+        return ('it must be called as a task (execution.taskSupport "required"), and we0nb calls tools '
+                "plainly; a plain call would always fail")
+    return None
 
 
 def make_tool(server: Endpoint, tool: Any, opts: PolicyOptions, prefix: str) -> MCPTool:

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 from .._extras import require
 from ..errors import MCPServerError
 from ..tools import ToolContext, ToolError, ToolPolicy
-from .adapter import IDEMPOTENCY_META_KEY, MCPTool, PolicyOptions, call_error, make_tool, to_return
+from .adapter import IDEMPOTENCY_META_KEY, MCPTool, PolicyOptions, call_error, hidden_reason, make_tool, to_return
 from .connection import AUTH_HINT, Connection, list_tools
 from .http import HttpWatch, http_transport
 
@@ -65,6 +65,8 @@ class MCPServer:
         self._locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
         self._tools: tuple[MCPTool, ...] = ()
         self._listed = False
+        #: the server's tools that are not offered to the model (its own name -> why), as last listed
+        self.hidden_tools: dict[str, str] = {}
 
     # ------------------------------------------------------------------ constructors
 
@@ -301,7 +303,11 @@ class MCPServer:
             if not self._listed:
                 raise ValueError(msg)
             log.warning(msg)
-        tools = tuple(make_tool(self, t, opts, prefix) for t in listed)
+        hidden = {t.name: why for t in listed if (why := hidden_reason(t)) is not None}
+        for name in sorted(hidden.keys() - self.hidden_tools.keys()):
+            log.warning("%s: tool %r is not offered to the model: %s", self.label, name, hidden[name])
+        self.hidden_tools = hidden
+        tools = tuple(make_tool(self, t, opts, prefix) for t in listed if t.name not in hidden)
         if [(t.name, t.policy, t.input_schema, t.description) for t in tools] != \
                 [(t.name, t.policy, t.input_schema, t.description) for t in self._tools] or not self._listed:
             self._tools = tools  # a new tuple only on a change: the agent rebuilds its table then
