@@ -4,6 +4,7 @@ elicitation, roots, server logs, and results that keep their detail."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from mcpkit import entries, stdio_server
 from we0nb import ScriptedModel, We0Agent, text, tool_call, user_message
+from we0nb.tools import ToolError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -34,3 +36,109 @@ async def test_a_task_required_tool_is_not_offered_and_the_reason_is_logged(
     assert any("tool 'report' is not offered to the model" in r.getMessage() for r in caplog.records)
     assert "not offered: <code>report</code>" in server._repr_html_()
     assert entries(ledger, "report") == []
+
+
+async def test_progress_reaches_on_progress_and_the_calls_metadata(tmp_path: Path) -> None:
+    seen: list = []
+    server = stdio_server(tmp_path / "ledger", on_progress=seen.append)
+    model = ScriptedModel([[tool_call("countdown", {"steps": 3, "delay": 0.01})], [text("done")]])
+    async with We0Agent(model, tools=[server]) as agent:
+        r = await agent.invoke(messages=[user_message("go")])
+        (p,) = parts(await agent.transcript(r.session_id))
+    assert p.state.status == "completed"
+    assert [(e.tool, e.progress, e.total, e.message) for e in seen] == [
+        ("countdown", 1.0, 3.0, "step 1"), ("countdown", 2.0, 3.0, "step 2"), ("countdown", 3.0, 3.0, "step 3")]
+    assert seen[-1].fraction == 1.0 and seen[0].call_id == p.call_id
+    assert p.state.metadata["progress"] == {"progress": 3.0, "total": 3.0, "message": "step 3"}
+
+
+async def test_reset_timeout_on_progress_lets_a_long_call_that_reports_progress_finish(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    call = tool_call("countdown", {"steps": 6, "delay": 0.5})  # 3 s in all, progress every 0.5 s
+    results = {}
+    for reset in (False, True):
+        server = stdio_server(ledger, timeout=1.5, reset_timeout_on_progress=reset)
+        model = ScriptedModel([[call], [text("done")]])
+        async with We0Agent(model, tools=[server]) as agent:
+            r = await agent.invoke(messages=[user_message("go")])
+            (results[reset],) = parts(await agent.transcript(r.session_id))
+    assert results[True].state.status == "completed", results[True].state
+    assert results[False].state.status == "error"
+    assert results[False].state.metadata["mcp_error"] == "timeout"
+    with pytest.raises(TypeError, match="reset_timeout_on_progress"):
+        stdio_server(ledger, reset_timeout_on_progress="yes")
+
+
+async def test_a_form_elicitation_is_answered_by_the_handler_with_defaults_applied(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    asked: list = []
+
+    def answer(request):
+        asked.append(request)
+        return request.accept({"name": "tea"})  # count left out: its default (3) is filled in
+
+    server = stdio_server(ledger, elicitation=answer)
+    model = ScriptedModel([[tool_call("ask", {"question": "What shall I order?"})], [text("done")]])
+    async with We0Agent(model, tools=[server]) as agent:
+        r = await agent.invoke(messages=[user_message("go")])
+        (p,) = parts(await agent.transcript(r.session_id))
+    (request,) = asked
+    assert request.mode == "form" and request.message == "What shall I order?"
+    assert request.schema["properties"]["count"]["default"] == 3 and request.defaults() == {"count": 3}
+    assert entries(ledger, "ask") == [{"tool": "ask", "pid": entries(ledger, "ask")[0]["pid"], "action": "accept",
+                                       "data": {"name": "tea", "count": 3}}]
+    assert p.state.status == "completed"
+
+
+async def test_decline_cancel_and_an_answer_that_does_not_match_the_schema(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    ledger = tmp_path / "ledger"
+    answers = iter([lambda r: r.decline(), lambda r: r.cancel(), lambda r: {"name": 5}])
+    server = stdio_server(ledger, elicitation=lambda r: next(answers)(r))
+    model = ScriptedModel([[tool_call("ask", {"question": "a?"})], [tool_call("ask", {"question": "b?"})],
+                           [tool_call("ask", {"question": "c?"})], [text("done")]])
+    with caplog.at_level(logging.WARNING, logger="we0nb.mcp"):
+        async with We0Agent(model, tools=[server]) as agent:
+            await agent.invoke(messages=[user_message("go")])
+    assert [e["action"] for e in entries(ledger, "ask")] == ["decline", "cancel", "cancel"]
+    assert any("elicitation answer refused, the answer does not match the requested schema at 'name'" in r.getMessage()
+               for r in caplog.records)
+
+
+async def test_url_elicitation_and_no_handler_means_no_capability(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    urls: list = []
+    server = stdio_server(ledger, elicitation=lambda r: (urls.append((r.mode, r.url)), r.accept())[1])
+    async with server:
+        assert (await server.call_tool("visit", {})) == {"result": "accept"}
+    assert urls == [("url", "https://example.org/login")]
+    plain = stdio_server(ledger)
+    async with plain:
+        with pytest.raises(ToolError):  # the server asks anyway: refused at once, nothing waits
+            await asyncio.wait_for(plain.call_tool("ask", {"question": "?"}), 20)
+    assert entries(ledger, "ask") == []
+
+
+async def test_roots_are_declared_and_changed(tmp_path: Path) -> None:
+    data, more = tmp_path / "data", tmp_path / "more"
+    data.mkdir(), more.mkdir()
+    server = stdio_server(tmp_path / "ledger", roots=[data])
+    async with server:
+        assert await server.call_tool("folders", {}) == {"result": data.as_uri()}
+        await server.set_roots([data, more.as_uri()])
+        assert await server.call_tool("folders", {}) == {"result": f"{data.as_uri()}\n{more.as_uri()}"}
+    with pytest.raises(RuntimeError, match="built without roots="):
+        await stdio_server(tmp_path / "ledger").set_roots([data])
+    with pytest.raises(TypeError, match="roots=..."):
+        stdio_server(tmp_path / "ledger", roots="data")
+
+
+async def test_server_log_messages_go_to_python_logging(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    server = stdio_server(tmp_path / "ledger")
+    with caplog.at_level(logging.INFO, logger="we0nb.mcp.server"):
+        async with server:
+            await server.call_tool("chatty", {})
+            await asyncio.sleep(0.2)
+    got = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "we0nb.mcp.server"]
+    assert (logging.INFO, "MCP server 'test' [chatty]: starting") in got
+    assert (logging.WARNING, "MCP server 'test' [chatty]: {'disk': 'almost full'}") in got

@@ -8,7 +8,8 @@ Tools: ``echo`` and ``lookup`` (annotated readOnlyHint), ``place_order`` (no ann
 side effects), ``slow`` (sleeps; notes a cancellation in the ledger), ``fail`` (isError),
 ``charge`` (idempotentHint; records the idempotency key sent in ``_meta``), ``structured`` (structuredContent), ``picture``/``clip``/``links`` (image, audio, resource
 link), ``die`` (the process exits mid-call), ``garbage`` (writes a non-JSON line to stdout),
-``report`` (listed as task-required), ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID).
+``report`` (listed as task-required), ``countdown`` (progress), ``ask``/``visit`` (form and URL
+elicitation), ``folders`` (the client's roots), ``chatty`` (log messages), ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID).
 An item or key ``"block"`` makes ``place_order``/``lookup``/``charge`` write the ledger, then wait forever —
 the first time only (a file beside the ledger remembers it), so a recalled call finishes.
 """
@@ -20,6 +21,8 @@ import asyncio
 import json
 import os
 from typing import TypedDict
+
+from pydantic import BaseModel
 
 from mcp.server.mcpserver import Audio, Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -155,6 +158,44 @@ def build(ledger: str) -> MCPServer:
     def header(name: str, ctx: Context) -> str:
         """The value of an HTTP request header (streamable HTTP only)."""
         return (ctx.headers or {}).get(name.lower(), "(none)")
+
+    @app.tool(annotations=READ_ONLY)
+    async def countdown(steps: int, delay: float, ctx: Context) -> str:
+        """Reports progress (step i of steps, every ``delay`` seconds), then answers."""
+        for i in range(1, steps + 1):
+            await asyncio.sleep(delay)
+            await ctx.report_progress(i, steps, f"step {i}")
+        return f"counted {steps}"
+
+    class Order(BaseModel):
+        name: str
+        count: int = 3
+
+    @app.tool()
+    async def ask(question: str, ctx: Context) -> str:
+        """Asks the user (form elicitation: a name, and a count that defaults to 3)."""
+        answer = await ctx.elicit(question, schema=Order)
+        note("ask", action=answer.action, data=answer.data.model_dump() if answer.action == "accept" else None)
+        return f"{answer.action}: {answer.data.model_dump() if answer.action == 'accept' else ''}"
+
+    @app.tool()
+    async def visit(ctx: Context) -> str:
+        """Asks the user to open a page (URL elicitation)."""
+        answer = await ctx.elicit_url("Please sign in", "https://example.org/login", "e-1")
+        return answer.action
+
+    @app.tool(annotations=READ_ONLY)
+    async def folders(ctx: Context) -> str:
+        """The client's roots (their URIs, one a line)."""
+        listed = await ctx.session.list_roots()
+        return "\n".join(str(r.uri) for r in listed.roots)
+
+    @app.tool(annotations=READ_ONLY)
+    async def chatty(ctx: Context) -> str:
+        """Sends two log messages (info, warning) to the client, then answers."""
+        await ctx.log("info", "starting", logger_name="chatty")
+        await ctx.log("warning", {"disk": "almost full"}, logger_name="chatty")
+        return "said it"
 
     @app.tool(annotations=READ_ONLY)
     def whoami() -> int:

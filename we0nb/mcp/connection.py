@@ -127,7 +127,8 @@ class Connection:
                 read, write = await stack.enter_async_context(server.transport(self.watch))
                 session = await stack.enter_async_context(mcp.ClientSession(
                     _Watched(read, self._on_end_of_stream), write, message_handler=self._on_message,
-                    client_info=mcp.Implementation(name="we0nb", version=_version())))
+                    client_info=mcp.Implementation(name="we0nb", version=_version()),
+                    **server.features.session_kwargs()))
                 with anyio.fail_after(server.connect_timeout):  # (innermost scope: exited in LIFO order)
                     await session.initialize()
                     tools = await list_tools(session)
@@ -159,8 +160,11 @@ class Connection:
             # e.g. a line on stdout that is not JSON-RPC: the stream cannot be trusted any more
             self.end(f"it sent something that is not an MCP message: {_garbage(message)}")
             return
-        if getattr(message, "method", None) == "notifications/tools/list_changed":
+        method = getattr(message, "method", None)
+        if method == "notifications/tools/list_changed":
             self.stale = True
+        elif method == "notifications/resources/list_changed":
+            log.info("%s: its resources changed (notifications/resources/list_changed)", self.server.label)
 
 
 async def list_tools(session: Any) -> list[Any]:

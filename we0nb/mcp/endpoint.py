@@ -15,6 +15,8 @@ class Endpoint(Protocol):
     kind: str                  # "stdio" or "http"
     connect_timeout: float
     options: Any               # PolicyOptions: trust_annotations, policies, requires_approval …
+    features: Any              # ClientFeatures: the session's callbacks (elicitation, roots, logs)
+    hidden_tools: dict[str, str]
 
     @property
     def label(self) -> str: ...   # how messages name the server

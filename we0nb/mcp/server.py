@@ -24,7 +24,9 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 from .._extras import require
 from ..errors import MCPServerError
 from ..tools import ToolContext, ToolError, ToolPolicy
-from .adapter import IDEMPOTENCY_META_KEY, MCPTool, PolicyOptions, call_error, hidden_reason, make_tool, to_return
+from .adapter import MCPTool, PolicyOptions, call_error, hidden_reason, make_tool
+from .calls import call_once
+from .client import ClientFeatures, ElicitationHandler, ProgressHandler, check_roots
 from .connection import AUTH_HINT, Connection, list_tools
 from .http import HttpWatch, http_transport
 
@@ -44,13 +46,17 @@ class MCPServer:
     (prepended to the tool names the agent sees), ``timeout`` (seconds per call; None: no
     limit), ``requires_approval`` (True, or a set of the server's tool names, whose calls a
     person approves first), ``connect_timeout`` (seconds to start and initialize), ``name``
-    (how messages name the server).
+    (how messages name the server). What the client offers the server — ``on_progress``,
+    ``reset_timeout_on_progress``, ``elicitation``, ``roots`` — is described in
+    :mod:`we0nb.mcp.client`.
     """
 
     def __init__(self, *, kind: str, target: Any, name: str, trust_annotations: bool = False,
                  policies: Optional[Mapping[str, ToolPolicy]] = None, prefix: Optional[str] = None,
                  timeout: Optional[float] = 300.0, requires_approval: ApprovalOption = None,
-                 connect_timeout: float = 30.0) -> None:
+                 connect_timeout: float = 30.0, on_progress: Optional[ProgressHandler] = None,
+                 reset_timeout_on_progress: bool = False, elicitation: Optional[ElicitationHandler] = None,
+                 roots: Optional[Sequence[Any]] = None) -> None:
         require("mcp", "MCPServer", "mcp")  # a clear one-line error without the extra
         self.kind = kind
         self._target = target
@@ -67,6 +73,12 @@ class MCPServer:
         self._listed = False
         #: the server's tools that are not offered to the model (its own name -> why), as last listed
         self.hidden_tools: dict[str, str] = {}
+        if on_progress is not None and not callable(on_progress):
+            raise TypeError("MCPServer(on_progress=...): expected a function fn(progress) (sync or async).")
+        self.on_progress = on_progress
+        self.reset_timeout_on_progress = _check_bool("reset_timeout_on_progress", reset_timeout_on_progress)
+        self.features = ClientFeatures(self.label, elicitation=elicitation, roots=check_roots(roots),
+                                       roots_enabled=roots is not None)
 
     # ------------------------------------------------------------------ constructors
 
@@ -75,7 +87,9 @@ class MCPServer:
               cwd: Optional[Union[str, os.PathLike[str]]] = None, name: Optional[str] = None,
               trust_annotations: bool = False, policies: Optional[Mapping[str, ToolPolicy]] = None,
               prefix: Optional[str] = None, timeout: Optional[float] = 300.0,
-              requires_approval: ApprovalOption = None, connect_timeout: float = 30.0) -> "MCPServer":
+              requires_approval: ApprovalOption = None, connect_timeout: float = 30.0,
+             on_progress: Optional[ProgressHandler] = None, reset_timeout_on_progress: bool = False,
+              elicitation: Optional[ElicitationHandler] = None, roots: Optional[Sequence[Any]] = None) -> "MCPServer":
         """A server run as a subprocess (``command`` with ``args``), speaking MCP over its stdin/stdout.
 
         ``env`` is added to the SDK's minimal environment (HOME, PATH, …); the server's stderr
@@ -91,14 +105,17 @@ class MCPServer:
                                                               if not a.startswith("-")][:1]])
         return cls(kind="stdio", target=target, name=label, trust_annotations=trust_annotations, policies=policies,
                    prefix=prefix, timeout=timeout, requires_approval=requires_approval,
-                   connect_timeout=connect_timeout)
+                   connect_timeout=connect_timeout, on_progress=on_progress,
+                   reset_timeout_on_progress=reset_timeout_on_progress, elicitation=elicitation, roots=roots)
 
     @classmethod
     def http(cls, url: str, *, headers: Optional[Mapping[str, str]] = None, auth: Any = None,
              name: Optional[str] = None,
              trust_annotations: bool = False, policies: Optional[Mapping[str, ToolPolicy]] = None,
              prefix: Optional[str] = None, timeout: Optional[float] = 300.0,
-             requires_approval: ApprovalOption = None, connect_timeout: float = 30.0) -> "MCPServer":
+             requires_approval: ApprovalOption = None, connect_timeout: float = 30.0,
+             on_progress: Optional[ProgressHandler] = None, reset_timeout_on_progress: bool = False,
+             elicitation: Optional[ElicitationHandler] = None, roots: Optional[Sequence[Any]] = None) -> "MCPServer":
         """A server reached over MCP's streamable HTTP transport at ``url``.
 
         ``headers`` go on every request; ``auth`` is any ``httpx2.Auth`` (the HTTP client the
@@ -110,7 +127,8 @@ class MCPServer:
         target = {"url": url, "headers": dict(headers) if headers else None, "auth": _check_auth(auth)}
         return cls(kind="http", target=target, name=name or url, trust_annotations=trust_annotations,
                    policies=policies, prefix=prefix, timeout=timeout, requires_approval=requires_approval,
-                   connect_timeout=connect_timeout)
+                   connect_timeout=connect_timeout, on_progress=on_progress,
+                   reset_timeout_on_progress=reset_timeout_on_progress, elicitation=elicitation, roots=roots)
 
     # ------------------------------------------------------------------ what the agent asks
 
@@ -152,11 +170,12 @@ class MCPServer:
         ``_meta`` as ``"io.we0nb/idempotency-key"``, so a server can deduplicate on it. An HTTP
         server that forgot our session (it restarted) gets a new session and the call again:
         it answered 404, so it did not process the call."""
-        meta = {IDEMPOTENCY_META_KEY: context.idempotency_key} if context is not None else None
         for again in (False, True):
             conn = await self._connection_for(name)
             try:
-                result = await conn.session.call_tool(name, arguments, read_timeout_seconds=self.timeout, meta=meta)
+                return await call_once(self, conn.session, name, arguments, context)
+            except ToolError:
+                raise
             except Exception as e:
                 if conn.watch.session_lost and not again and _refused(e):
                     log.info("%s forgot the MCP session (HTTP 404); starting a new one and calling %r again",
@@ -164,7 +183,6 @@ class MCPServer:
                     conn.end("the server forgot the MCP session (HTTP 404)")
                     continue
                 raise self._failure(e, conn, name) from None
-            return to_return(result, self.label, name)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _connection_for(self, name: str) -> Connection:
@@ -209,6 +227,19 @@ class MCPServer:
             rows.append({"tool": t.name, "mcp_name": t.remote_name, **pol, "why": t.policy_source,
                          **{h: v for h, v in t.annotations.items()}})
         return rows
+
+    async def set_roots(self, roots: Sequence[Any]) -> None:
+        """Change the folders the server may see (``roots=``) and tell a connected server
+        (``notifications/roots/list_changed``); it asks for the new list when it needs it."""
+        if not self.features.roots_enabled:
+            raise RuntimeError(f"{self.label} was built without roots=, so it did not declare the roots capability; "
+                               "build it with roots=[...] (an empty list is fine) to change them later.")
+        self.features.roots = check_roots(roots)
+        conn = self._live()
+        if conn is not None:
+            import mcp_types
+
+            await conn.session.send_notification(mcp_types.RootsListChangedNotification())
 
     # ------------------------------------------------------------------ lifetime
 
