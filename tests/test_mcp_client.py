@@ -142,3 +142,17 @@ async def test_server_log_messages_go_to_python_logging(tmp_path: Path, caplog: 
     got = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "we0nb.mcp.server"]
     assert (logging.INFO, "MCP server 'test' [chatty]: starting") in got
     assert (logging.WARNING, "MCP server 'test' [chatty]: {'disk': 'almost full'}") in got
+
+
+async def test_embedded_resources_keep_uri_mime_type_and_annotations(tmp_path: Path) -> None:
+    server = stdio_server(tmp_path / "ledger")
+    async with server:
+        value = await server.call_tool("embedded", {})
+    assert value.output == ("[resource file:///notes/a.md, text/markdown]\n# Notes\n"
+                            "[file file:///data/b.bin, application/octet-stream]")
+    text_file, blob = value.attachments
+    assert (text_file.type, text_file.uri, text_file.mime_type, text_file.data) == (
+        "file", "file:///notes/a.md", "text/markdown", None)
+    assert text_file.annotations == {"audience": ["user"], "priority": 0.5}
+    assert (blob.uri, blob.mime_type, blob.data, blob.annotations) == (
+        "file:///data/b.bin", "application/octet-stream", "AAEC", None)

@@ -7,7 +7,7 @@ appends one JSON line to the ledger (the ground truth of what ran), with the ser
 Tools: ``echo`` and ``lookup`` (annotated readOnlyHint), ``place_order`` (no annotations:
 side effects), ``slow`` (sleeps; notes a cancellation in the ledger), ``fail`` (isError),
 ``charge`` (idempotentHint; records the idempotency key sent in ``_meta``), ``structured`` (structuredContent), ``picture``/``clip``/``links`` (image, audio, resource
-link), ``die`` (the process exits mid-call), ``garbage`` (writes a non-JSON line to stdout),
+link), ``embedded`` (embedded resources with annotations), ``die`` (the process exits mid-call), ``garbage`` (writes a non-JSON line to stdout),
 ``report`` (listed as task-required), ``countdown`` (progress), ``ask``/``visit`` (form and URL
 elicitation), ``folders`` (the client's roots), ``chatty`` (log messages), ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID).
 An item or key ``"block"`` makes ``place_order``/``lookup``/``charge`` write the ledger, then wait forever —
@@ -26,7 +26,8 @@ from pydantic import BaseModel
 
 from mcp.server.mcpserver import Audio, Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ResourceLink, TextContent, ToolAnnotations, ToolExecution
+from mcp.types import (Annotations, BlobResourceContents, EmbeddedResource, ResourceLink, TextContent,
+                       TextResourceContents, ToolAnnotations, ToolExecution)
 
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 
@@ -131,6 +132,15 @@ def build(ledger: str) -> MCPServer:
                 ResourceLink(type="resource_link", name="report.pdf", uri="https://example.org/report.pdf",
                              mime_type="application/pdf"),
                 ResourceLink(type="resource_link", name="notes", uri="file:///tmp/notes.txt")]
+
+    @app.tool()
+    def embedded() -> list:
+        """An embedded text resource and an embedded blob, with content annotations."""
+        return [EmbeddedResource(type="resource", annotations=Annotations(audience=["user"], priority=0.5),
+                                 resource=TextResourceContents(uri="file:///notes/a.md", mime_type="text/markdown",
+                                                               text="# Notes")),
+                EmbeddedResource(type="resource", resource=BlobResourceContents(
+                    uri="file:///data/b.bin", mime_type="application/octet-stream", blob="AAEC"))]
 
     @app.tool()
     def die() -> str:
