@@ -99,6 +99,9 @@ class Connection:
         except MCPServerError:
             raise
         except Exception as e:
+            step = _oauth_failure(e)
+            if step is not None:
+                raise MCPServerError(f"{self.server.label}: authorization failed — {step}") from e
             if self.watch.auth_failure is not None:
                 raise MCPServerError(f"{self.server.label} refused the connection: {self.watch.auth_failure} — an "
                                      f"authorization problem. {AUTH_HINT}") from e
@@ -181,6 +184,23 @@ async def list_tools(session: Any) -> list[Any]:
         if not cursor:
             return tools
     raise MCPServerError("tools/list kept returning a next cursor (1,000 pages); the server's pagination loops.")
+
+
+def _oauth_failure(e: BaseException) -> Optional[str]:
+    """The OAuth step that failed, when ``e`` is an OAuth flow's error (ours or the SDK's)."""
+    from mcp.client.auth.exceptions import OAuthFlowError, OAuthRegistrationError, OAuthTokenError
+
+    from .oauth import OAuthError
+
+    if isinstance(e, OAuthError):
+        return str(e)
+    if isinstance(e, OAuthRegistrationError):
+        return f"registering the client with the authorization server: {e}"
+    if isinstance(e, OAuthTokenError):
+        return f"getting or refreshing a token: {e}. Delete the token file (tokens=) to sign in again."
+    if isinstance(e, OAuthFlowError):
+        return f"OAuth flow: {e}"
+    return None
 
 
 def _leaf(e: BaseException) -> BaseException:

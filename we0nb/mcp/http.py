@@ -28,16 +28,22 @@ class HttpWatch:
     session_lost: bool = False
     #: the last 401/403 ("HTTP 401: <what the server said>"), None when none
     auth_failure: Optional[str] = None
+    #: the MCP endpoint's path (answers from elsewhere — an authorization server — are not ours)
+    path: str = ""
     on_change: Optional[Callable[[], None]] = None
 
     async def on_response(self, response: Any) -> None:
         status = response.status_code
+        if self.path and response.request.url.path != self.path:
+            return
         if status == 404 and response.request.headers.get(SESSION_HEADER) and response.request.method != "DELETE":
             self.session_lost = True
         elif status in (401, 403):
             challenge = response.headers.get("www-authenticate", "")
             self.auth_failure = f"HTTP {status}" + (f" ({challenge[:200]})" if challenge else "")
         else:
+            if status < 400 and response.request.url.path == self.path:
+                self.auth_failure = None  # (an OAuth flow answers a 401 by signing in, then succeeds)
             return
         if self.on_change is not None:
             self.on_change()
@@ -50,6 +56,7 @@ async def http_transport(url: str, headers: Optional[dict[str, str]], auth: Any,
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
+    watch.path = httpx2.URL(url).path
     client = httpx2.AsyncClient(headers=headers or None, auth=auth, timeout=httpx2.Timeout(30.0, read=300.0),
                                 event_hooks={"response": [watch.on_response]})
     async with client, streamable_http_client(url, http_client=client) as streams:
