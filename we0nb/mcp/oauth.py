@@ -179,13 +179,16 @@ def _free_port() -> int:
 
 def authorization_code(url: str, *, tokens: Any = None, scope: Optional[str] = None, client_name: str = "we0nb",
                        port: Optional[int] = None, timeout: float = 300.0,
-                       open_url: Optional[Callable[[str], Union[None, Awaitable[None]]]] = None) -> Any:
+                       open_url: Optional[Callable[[str], Union[None, Awaitable[None]]]] = None,
+                       client_metadata_url: Optional[str] = None) -> Any:
     """An ``auth=`` for a server that needs a person to sign in (OAuth 2.1 authorization code + PKCE).
 
     ``tokens``: a JSON file that keeps the tokens and the client registration (reused and
     refreshed next time), None to keep them in memory, or a ``TokenStorage``. ``port``: where
     the redirect is caught (default: the port registered before, else a free one).
     ``open_url(url)``: shows the sign-in page (default: print it and open a browser).
+    ``client_metadata_url``: an HTTPS URL of this client's metadata document, used as its
+    client id where the authorization server supports that (else it registers dynamically).
     """
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import OAuthClientMetadata
@@ -205,8 +208,9 @@ def authorization_code(url: str, *, tokens: Any = None, scope: Optional[str] = N
 
     metadata = OAuthClientMetadata(client_name=client_name, redirect_uris=[f"http://127.0.0.1:{loopback.port}/callback"],
                                    grant_types=["authorization_code", "refresh_token"], response_types=["code"],
-                                   scope=scope, token_endpoint_auth_method="none")
-    return OAuthClientProvider(url, metadata, storage, redirect_handler=redirect, callback_handler=loopback.wait)
+                                   scope=scope)
+    return OAuthClientProvider(url, metadata, storage, redirect_handler=redirect, callback_handler=loopback.wait,
+                               client_metadata_url=client_metadata_url)
 
 
 def client_credentials(url: str, client_id: str, client_secret: str, *, tokens: Any = None,

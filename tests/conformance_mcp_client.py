@@ -1,0 +1,100 @@
+"""The client the official MCP conformance suite (@modelcontextprotocol/conformance) drives,
+built on we0nb: ``MCPServer.http`` + ``We0Agent``, with we0nb's own ``auth=`` helpers.
+
+The suite starts a test server per scenario, passes its URL as the last argument, names the
+scenario in ``MCP_CONFORMANCE_SCENARIO`` and gives credentials in ``MCP_CONFORMANCE_CONTEXT``.
+The exit status is 0 when the client did what the scenario asks (the suite checks the wire).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+import httpx2
+
+from we0nb import ScriptedModel, We0Agent, text, tool_call, user_message
+from we0nb.mcp import MCPServer, oauth
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+log = logging.getLogger("conformance")
+
+#: the tool each scenario's server expects to be called, and its arguments
+CALLS = {"tools_call": ("add_numbers", {"a": 5, "b": 3}), "sse-retry": ("test_reconnection", {})}
+
+
+def context() -> dict[str, Any]:
+    raw = os.environ.get("MCP_CONFORMANCE_CONTEXT")
+    return json.loads(raw) if raw else {}
+
+
+async def browser(url: str) -> None:
+    """A person signing in: follow the authorization server's redirect to our 127.0.0.1 listener."""
+    async with httpx2.AsyncClient(follow_redirects=True, timeout=30) as client:
+        await client.get(url)
+
+
+def auth_for(scenario: str, url: str) -> Any:
+    if not scenario.startswith("auth/"):
+        return None
+    ctx = context()
+    if scenario == "auth/client-credentials-basic":
+        return oauth.client_credentials(url, ctx["client_id"], ctx["client_secret"])
+    if scenario == "auth/client-credentials-jwt":
+        from mcp.client.auth.extensions.client_credentials import PrivateKeyJWTOAuthProvider, SignedJWTParameters
+
+        jwt = SignedJWTParameters(issuer=ctx["client_id"], subject=ctx["client_id"],
+                                  signing_algorithm=ctx.get("signing_algorithm", "ES256"),
+                                  signing_key=ctx["private_key_pem"])
+        return PrivateKeyJWTOAuthProvider(server_url=url, storage=oauth.MemoryTokenStorage(),
+                                          client_id=ctx["client_id"], assertion_provider=jwt.create_assertion_provider())
+    storage = oauth.MemoryTokenStorage()
+    auth = oauth.authorization_code(url, tokens=storage, open_url=browser, timeout=20,
+                                    client_metadata_url="https://conformance-test.local/client-metadata.json")
+    if ctx.get("client_id"):  # pre-registered: the client id and secret the authorization server knows
+        from mcp.shared.auth import OAuthClientInformationFull
+
+        redirect = auth.context.client_metadata.redirect_uris
+        storage.client_info = OAuthClientInformationFull(
+            client_id=ctx["client_id"], client_secret=ctx.get("client_secret"), redirect_uris=redirect,
+            token_endpoint_auth_method="client_secret_basic" if ctx.get("client_secret") else "none")
+    return auth
+
+
+def stub_arguments(schema: dict[str, Any]) -> dict[str, Any]:
+    by_type = {"string": "x", "integer": 0, "number": 0, "boolean": False, "object": {}, "array": []}
+    props = schema.get("properties", {})
+    return {n: by_type.get(props.get(n, {}).get("type"), "x") for n in schema.get("required", [])}
+
+
+async def run(url: str, scenario: str) -> None:
+    server = MCPServer.http(url, name="conformance", auth=auth_for(scenario, url),
+                            elicitation=lambda request: request.accept({}), timeout=60)
+    async with server:
+        tools = {t.remote_name: t for t in server._tools}
+        log.info("tools: %s", sorted(tools))
+        if scenario == "initialize" or not tools:
+            return
+        name, args = CALLS.get(scenario) or (next(iter(tools)), None)
+        if args is None:
+            args = stub_arguments(tools[name].input_schema)
+        model = ScriptedModel([[tool_call(name, args)], [text("done")]])
+        async with We0Agent(model, tools=[server]) as agent:
+            result = await agent.invoke(messages=[user_message(f"call {name}")])
+            (part,) = [p for m in (await agent.transcript(result.session_id)).messages for p in m.tool_parts]
+        log.info("%s -> %s: %s", name, part.state.status, getattr(part.state, "output", None)
+                 or getattr(part.state, "error", None))
+
+
+def main() -> None:
+    url = sys.argv[-1]
+    scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "initialize")
+    asyncio.run(run(url, scenario))
+
+
+if __name__ == "__main__":
+    main()
