@@ -25,25 +25,25 @@ async def call_once(server: Any, session: Any, name: str, arguments: dict[str, A
     meta = {IDEMPOTENCY_META_KEY: context.idempotency_key} if context is not None else None
     last: list[Progress] = []
     scope: Optional[anyio.CancelScope] = None
-    timeout = server.timeout
-    own_timeout = server.reset_timeout_on_progress and timeout is not None
+    timeout: Optional[float] = server.timeout
+    own_timeout: Optional[float] = timeout if server.reset_timeout_on_progress else None
 
     async def on_progress(progress: float, total: Optional[float], message: Optional[str]) -> None:
         event = Progress(server.name, name, context.call_id if context else None, progress, total, message)
         last[:] = [event]
-        if scope is not None:
-            scope.deadline = anyio.current_time() + timeout
+        if scope is not None and own_timeout is not None:
+            scope.deadline = anyio.current_time() + own_timeout
         if server.on_progress is not None:
             try:
                 await maybe_await(server.on_progress(event))
             except Exception as e:
                 log.warning("%s: on_progress raised %s: %s", server.label, type(e).__name__, e)
 
-    if own_timeout:
-        with anyio.CancelScope(deadline=anyio.current_time() + timeout) as scope:
+    if own_timeout is not None:
+        with anyio.CancelScope(deadline=anyio.current_time() + own_timeout) as scope:
             result = await session.call_tool(name, arguments, progress_callback=on_progress, meta=meta)
         if scope.cancelled_caught:
-            raise ToolError(f"{server.label} did not answer the call to {name!r} within {timeout:g} s of its "
+            raise ToolError(f"{server.label} did not answer the call to {name!r} within {own_timeout:g} s of its "
                             "last progress (timeout=, reset_timeout_on_progress=True), so it was cancelled "
                             "(notifications/cancelled sent); its outcome is unknown.",
                             {"mcp_error": "timeout", **_progress(last)})

@@ -182,7 +182,8 @@ class ClientFeatures:
     async def _on_list_roots(self, context: Any) -> Any:
         import mcp_types
 
-        return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri=u, name=n) for u, n in self.roots])
+        return mcp_types.ListRootsResult(roots=[mcp_types.Root.model_validate({"uri": u, "name": n})
+                                                for u, n in self.roots])
 
     async def _on_elicit(self, context: Any, params: Any) -> Any:
         import mcp_types
@@ -202,12 +203,12 @@ class ClientFeatures:
             return mcp_types.ElicitResult(action="cancel")
         if isinstance(answer, Mapping):
             answer = request.accept(answer)
-        if not isinstance(answer, ElicitAnswer):
+        if not isinstance(answer, ElicitAnswer) or answer.action not in ("accept", "decline", "cancel"):
             log.warning("%s: the elicitation handler returned %s, not request.accept(...), .decline() or .cancel(); "
                         "the server is told 'cancel'", self.label, type(answer).__name__)
             return mcp_types.ElicitResult(action="cancel")
-        if answer.action != "accept":
-            return mcp_types.ElicitResult(action=answer.action)
+        if answer.action in ("decline", "cancel"):
+            return mcp_types.ElicitResult.model_validate({"action": answer.action})
         if mode != "form":
             return mcp_types.ElicitResult(action="accept")
         try:

@@ -206,9 +206,9 @@ def authorization_code(url: str, *, tokens: Any = None, scope: Optional[str] = N
         if asyncio.iscoroutine(shown):
             await shown
 
-    metadata = OAuthClientMetadata(client_name=client_name, redirect_uris=[f"http://127.0.0.1:{loopback.port}/callback"],
-                                   grant_types=["authorization_code", "refresh_token"], response_types=["code"],
-                                   scope=scope)
+    metadata = OAuthClientMetadata.model_validate({
+        "client_name": client_name, "redirect_uris": [f"http://127.0.0.1:{loopback.port}/callback"],
+        "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"], "scope": scope})
     return OAuthClientProvider(url, metadata, storage, redirect_handler=redirect, callback_handler=loopback.wait,
                                client_metadata_url=client_metadata_url)
 

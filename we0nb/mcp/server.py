@@ -63,7 +63,7 @@ class MCPServer:
         self.name = name
         self.prefix = _check_prefix(prefix)
         self.timeout = _check_seconds("timeout", timeout, allow_none=True)
-        self.connect_timeout = _check_seconds("connect_timeout", connect_timeout, allow_none=False)
+        self.connect_timeout: float = _check_seconds("connect_timeout", connect_timeout, allow_none=False) or 30.0
         self.options = PolicyOptions(trust_annotations=_check_bool("trust_annotations", trust_annotations),
                                      policies=_check_policies(policies),
                                      requires_approval=_check_approval(requires_approval))
@@ -294,7 +294,8 @@ class MCPServer:
         return http_transport(t["url"], t["headers"], t["auth"], watch)
 
     def _live(self) -> Optional[Connection]:
-        conn = self._conns.get(_running_loop())
+        loop = _running_loop()
+        conn = self._conns.get(loop) if loop is not None else None
         return conn if conn is not None and conn.usable else None
 
     async def _connect(self) -> Connection:
