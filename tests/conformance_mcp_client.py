@@ -52,6 +52,8 @@ def auth_for(scenario: str, url: str) -> Any:
                                   signing_key=ctx["private_key_pem"])
         return PrivateKeyJWTOAuthProvider(server_url=url, storage=oauth.MemoryTokenStorage(),
                                           client_id=ctx["client_id"], assertion_provider=jwt.create_assertion_provider())
+    if scenario in ("auth/cross-app-access-complete-flow", "auth/enterprise-managed-authorization"):
+        return identity_assertion(url, ctx)
     storage = oauth.MemoryTokenStorage()
     auth = oauth.authorization_code(url, tokens=storage, open_url=browser, timeout=20,
                                     client_metadata_url="https://conformance-test.local/client-metadata.json")
@@ -63,6 +65,30 @@ def auth_for(scenario: str, url: str) -> Any:
             client_id=ctx["client_id"], client_secret=ctx.get("client_secret"), redirect_uris=redirect,
             token_endpoint_auth_method="client_secret_basic" if ctx.get("client_secret") else "none")
     return auth
+
+
+def identity_assertion(url: str, ctx: dict[str, Any]) -> Any:
+    """SEP-990 (enterprise-managed authorization): an ID-JAG from the enterprise IdP (RFC 8693 token
+    exchange), then the MCP authorization server's jwt-bearer grant — the SDK's provider, as auth=."""
+    from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
+    from mcp.client.auth.utils import build_protected_resource_metadata_discovery_urls
+
+    async def fetch_id_jag(audience: str, resource: str) -> str:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            resp = await http.post(ctx["idp_token_endpoint"], data={
+                "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+                "requested_token_type": "urn:ietf:params:oauth:token-type:id-jag",
+                "subject_token": ctx["idp_id_token"], "subject_token_type": "urn:ietf:params:oauth:token-type:id_token",
+                "audience": audience, "resource": resource, "client_id": ctx["idp_client_id"]})
+            resp.raise_for_status()
+            return str(resp.json()["access_token"])
+
+    prm_url = build_protected_resource_metadata_discovery_urls(None, url)[0]
+    prm = httpx2.get(prm_url, timeout=30).raise_for_status().json()  # the AS issuer (configuration, in practice)
+    return IdentityAssertionOAuthProvider(server_url=url, storage=oauth.MemoryTokenStorage(),
+                                          client_id=ctx["client_id"], client_secret=ctx["client_secret"],
+                                          issuer=prm["authorization_servers"][0], assertion_provider=fetch_id_jag,
+                                          token_endpoint_auth_method="client_secret_basic")
 
 
 def stub_arguments(schema: dict[str, Any]) -> dict[str, Any]:

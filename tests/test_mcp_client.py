@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 
 import pytest
 
-from mcpkit import entries, stdio_server
+from mcpkit import await_until, entries, stdio_server
 from we0nb import ScriptedModel, We0Agent, text, tool_call, user_message
 from we0nb.tools import ToolError
 
@@ -156,3 +157,27 @@ async def test_embedded_resources_keep_uri_mime_type_and_annotations(tmp_path: P
     assert text_file.annotations == {"audience": ["user"], "priority": 0.5}
     assert (blob.uri, blob.mime_type, blob.data, blob.annotations) == (
         "file:///data/b.bin", "application/octet-stream", "AAEC", None)
+
+
+async def test_a_flood_of_progress_and_logs_keeps_the_run_responsive_and_abortable(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    seen: list = []
+    server = stdio_server(ledger, on_progress=seen.append)
+    model = ScriptedModel([[tool_call("flood", {"count": 50_000})], [text("done")]])
+    async with We0Agent(model, tools=[server]) as agent:
+        abort = asyncio.Event()
+        task = asyncio.create_task(agent.invoke(abort=abort, messages=[user_message("go")], session_id="f"))
+        await await_until(lambda: len(seen) > 500, what="the flood to reach the client")
+        assert not entries(ledger, "flood")[-1].get("event") == "sent"  # still flooding
+        ticks = 0
+        for _ in range(10):  # the loop still runs other tasks promptly
+            t0 = time.monotonic()
+            await asyncio.sleep(0.01)
+            ticks += time.monotonic() - t0 < 0.5
+        t0 = time.monotonic()
+        abort.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        took = time.monotonic() - t0
+    print(f"abort during the flood took {took * 1000:.0f} ms after {len(seen)} progress notifications")
+    assert ticks == 10 and took < 1.0

@@ -9,7 +9,7 @@ side effects), ``slow`` (sleeps; notes a cancellation in the ledger), ``fail`` (
 ``charge`` (idempotentHint; records the idempotency key sent in ``_meta``), ``structured`` (structuredContent), ``picture``/``clip``/``links`` (image, audio, resource
 link), ``embedded`` (embedded resources with annotations), ``die`` (the process exits mid-call), ``garbage`` (writes a non-JSON line to stdout),
 ``report`` (listed as task-required), ``countdown`` (progress), ``ask``/``visit`` (form and URL
-elicitation), ``folders`` (the client's roots), ``chatty`` (log messages), ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID).
+elicitation), ``folders`` (the client's roots), ``chatty`` (log messages), ``flood`` (progress and logs as fast as it can), ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID).
 An item or key ``"block"`` makes ``place_order``/``lookup``/``charge`` write the ledger, then wait forever —
 the first time only (a file beside the ledger remembers it), so a recalled call finishes.
 """
@@ -177,6 +177,17 @@ def build(ledger: str) -> MCPServer:
             await ctx.report_progress(i, steps, f"step {i}")
         return f"counted {steps}"
 
+    @app.tool(annotations=READ_ONLY)
+    async def flood(count: int, ctx: Context) -> str:
+        """Sends ``count`` progress notifications and as many log messages as fast as it can, then hangs."""
+        note("flood", event="start")
+        for i in range(count):
+            await ctx.report_progress(i, count)
+            await ctx.log("info", f"line {i}")
+        note("flood", event="sent")
+        await asyncio.Event().wait()
+        return "unreachable"
+
     class Order(BaseModel):
         name: str
         count: int = 3
@@ -225,6 +236,9 @@ def _wire_fd() -> int:
 
 
 def main() -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r".*deprecated as of 2026-07-28")  # (logging and roots: still 2025-11-25)
     ap = argparse.ArgumentParser()
     ap.add_argument("--ledger", required=True)
     ap.add_argument("--http", type=int, default=None, help="serve streamable HTTP on 127.0.0.1:PORT")
