@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any, AsyncIterator, Optional
 
 __all__ = ["HttpWatch", "http_transport"]
 
@@ -30,7 +30,6 @@ class HttpWatch:
     auth_failure: Optional[str] = None
     #: the MCP endpoint's path (answers from elsewhere — an authorization server — are not ours)
     path: str = ""
-    on_change: Optional[Callable[[], None]] = None
 
     async def on_response(self, response: Any) -> None:
         status = response.status_code
@@ -42,11 +41,7 @@ class HttpWatch:
             challenge = response.headers.get("www-authenticate", "")
             self.auth_failure = f"HTTP {status}" + (f" ({challenge[:200]})" if challenge else "")
         else:
-            if status < 400 and response.request.url.path == self.path:
-                self.auth_failure = None  # (an OAuth flow answers a 401 by signing in, then succeeds)
-            return
-        if self.on_change is not None:
-            self.on_change()
+            self.auth_failure = None  # (an OAuth flow answers a 401 by signing in; what follows is the news)
 
 
 @contextlib.asynccontextmanager
