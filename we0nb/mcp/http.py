@@ -2,7 +2,8 @@
 carries the user's ``headers=`` and ``auth=``, and watches the answers for what the SDK's
 transport flattens into JSON-RPC errors:
 
-- **404 to a request that carried an ``Mcp-Session-Id``**: the server forgot the session (it
+- **404 to a request that carried an ``Mcp-Session-Id``** (or a 400 whose body names the
+  session, as the TypeScript SDK's servers answer): the server forgot the session (it
   restarted, or expired it). The spec says the client MUST start a new session; the
   connection is marked ``lost`` and the server object starts a new one (and, for a
   ``tools/call`` the server refused this way, calls again: a 404 means it was not processed).
@@ -35,13 +36,24 @@ class HttpWatch:
         status = response.status_code
         if self.path and response.request.url.path != self.path:
             return
-        if status == 404 and response.request.headers.get(SESSION_HEADER) and response.request.method != "DELETE":
+        ours = response.request.headers.get(SESSION_HEADER) and response.request.method != "DELETE"
+        if ours and (status == 404 or (status == 400 and await _names_session(response))):
             self.session_lost = True
         elif status in (401, 403):
             challenge = response.headers.get("www-authenticate", "")
             self.auth_failure = f"HTTP {status}" + (f" ({challenge[:200]})" if challenge else "")
         else:
             self.auth_failure = None  # (an OAuth flow answers a 401 by signing in; what follows is the news)
+
+
+async def _names_session(response: Any) -> bool:
+    """Whether a 400 says our session id is not valid: what the TypeScript SDK's servers (the
+    reference servers among them) answer where the spec says 404."""
+    try:
+        body = await response.aread()
+    except Exception:
+        return False
+    return b"session" in body[:500].lower()
 
 
 @contextlib.asynccontextmanager
