@@ -181,3 +181,18 @@ async def test_a_flood_of_progress_and_logs_keeps_the_run_responsive_and_abortab
         took = time.monotonic() - t0
     print(f"abort during the flood took {took * 1000:.0f} ms after {len(seen)} progress notifications")
     assert ticks == 10 and took < 1.0
+
+
+async def test_resource_tool_lets_the_model_read_a_resource_and_is_off_by_default(tmp_path: Path) -> None:
+    server = stdio_server(tmp_path / "ledger", prefix="s_", resource_tool=True)
+    model = ScriptedModel([[tool_call("s_read_resource", {"uri": "notes://today"}),
+                            tool_call("s_read_resource", {"uri": "notes://nowhere"})], [text("done")]])
+    async with We0Agent(model, tools=[server]) as agent:
+        r = await agent.invoke(messages=[user_message("read")])
+        found, missing = parts(await agent.transcript(r.session_id))
+    assert found.state.output == "[resource notes://today, text/plain]\nbuy tea"
+    assert missing.state.status == "error" and "resources/read" in missing.state.error
+    assert server.policies()["s_read_resource"].side_effects is False
+    assert "s_read_resource" in {s.name for s in model.requests[0].tools}
+    async with stdio_server(tmp_path / "ledger") as plain:
+        assert "read_resource" not in plain.policies()

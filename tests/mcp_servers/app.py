@@ -9,7 +9,7 @@ side effects), ``slow`` (sleeps; notes a cancellation in the ledger), ``fail`` (
 ``charge`` (idempotentHint; records the idempotency key sent in ``_meta``), ``structured`` (structuredContent), ``picture``/``clip``/``links`` (image, audio, resource
 link), ``embedded`` (embedded resources with annotations), ``die`` (the process exits mid-call), ``garbage`` (writes a non-JSON line to stdout),
 ``report`` (listed as task-required), ``countdown`` (progress), ``ask``/``visit`` (form and URL
-elicitation), ``folders`` (the client's roots), ``chatty`` (log messages), ``flood`` (progress and logs as fast as it can), ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID).
+elicitation), ``folders`` (the client's roots), ``chatty`` (log messages), ``flood`` (progress and logs as fast as it can), ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID); the resource ``notes://today``.
 An item or key ``"block"`` makes ``place_order``/``lookup``/``charge`` write the ledger, then wait forever —
 the first time only (a file beside the ledger remembers it), so a recalled call finishes.
 """
@@ -217,6 +217,11 @@ def build(ledger: str) -> MCPServer:
         await ctx.log("info", "starting", logger_name="chatty")
         await ctx.log("warning", {"disk": "almost full"}, logger_name="chatty")
         return "said it"
+
+    @app.resource("notes://today", mime_type="text/plain")
+    def today() -> str:
+        """Today's note (a resource, read with resources/read)."""
+        return "buy tea"
 
     @app.tool(annotations=READ_ONLY)
     def whoami() -> int:

@@ -29,6 +29,7 @@ from .calls import call_once
 from .client import ClientFeatures, ElicitationHandler, ProgressHandler, check_roots
 from .connection import AUTH_HINT, Connection, list_tools
 from .http import HttpWatch, http_transport
+from .resources import RESOURCE_TOOL, resource_return, resource_tool
 
 __all__ = ["MCPServer"]
 
@@ -46,7 +47,9 @@ class MCPServer:
     (prepended to the tool names the agent sees), ``timeout`` (seconds per call; None: no
     limit), ``requires_approval`` (True, or a set of the server's tool names, whose calls a
     person approves first), ``connect_timeout`` (seconds to start and initialize), ``name``
-    (how messages name the server). What the client offers the server — ``on_progress``,
+    (how messages name the server), ``resource_tool`` (True or a name: offer the model a
+    read-only tool that reads the server's resources, see :mod:`we0nb.mcp.resources`). What the
+    client offers the server — ``on_progress``,
     ``reset_timeout_on_progress``, ``elicitation``, ``roots`` — is described in
     :mod:`we0nb.mcp.client`.
     """
@@ -56,7 +59,7 @@ class MCPServer:
                  timeout: Optional[float] = 300.0, requires_approval: ApprovalOption = None,
                  connect_timeout: float = 30.0, on_progress: Optional[ProgressHandler] = None,
                  reset_timeout_on_progress: bool = False, elicitation: Optional[ElicitationHandler] = None,
-                 roots: Optional[Sequence[Any]] = None) -> None:
+                 roots: Optional[Sequence[Any]] = None, resource_tool: Union[bool, str] = False) -> None:
         require("mcp", "MCPServer", "mcp")  # a clear one-line error without the extra
         self.kind = kind
         self._target = target
@@ -77,6 +80,11 @@ class MCPServer:
             raise TypeError("MCPServer(on_progress=...): expected a function fn(progress) (sync or async).")
         self.on_progress = on_progress
         self.reset_timeout_on_progress = _check_bool("reset_timeout_on_progress", reset_timeout_on_progress)
+        if not isinstance(resource_tool, (bool, str)) or resource_tool == "":
+            raise TypeError("MCPServer(resource_tool=...): expected True, False, or the tool's name.")
+        #: the name of the resources/read tool offered to the model (None: not offered)
+        self.resource_tool_name: Optional[str] = (
+            (resource_tool if isinstance(resource_tool, str) else RESOURCE_TOOL) if resource_tool else None)
         self.features = ClientFeatures(self.label, elicitation=elicitation, roots=check_roots(roots),
                                        roots_enabled=roots is not None)
 
@@ -89,7 +97,8 @@ class MCPServer:
               prefix: Optional[str] = None, timeout: Optional[float] = 300.0,
               requires_approval: ApprovalOption = None, connect_timeout: float = 30.0,
              on_progress: Optional[ProgressHandler] = None, reset_timeout_on_progress: bool = False,
-              elicitation: Optional[ElicitationHandler] = None, roots: Optional[Sequence[Any]] = None) -> "MCPServer":
+              elicitation: Optional[ElicitationHandler] = None, roots: Optional[Sequence[Any]] = None,
+              resource_tool: Union[bool, str] = False) -> "MCPServer":
         """A server run as a subprocess (``command`` with ``args``), speaking MCP over its stdin/stdout.
 
         ``env`` is added to the SDK's minimal environment (HOME, PATH, …); the server's stderr
@@ -106,7 +115,8 @@ class MCPServer:
         return cls(kind="stdio", target=target, name=label, trust_annotations=trust_annotations, policies=policies,
                    prefix=prefix, timeout=timeout, requires_approval=requires_approval,
                    connect_timeout=connect_timeout, on_progress=on_progress,
-                   reset_timeout_on_progress=reset_timeout_on_progress, elicitation=elicitation, roots=roots)
+                   reset_timeout_on_progress=reset_timeout_on_progress, elicitation=elicitation, roots=roots,
+                   resource_tool=resource_tool)
 
     @classmethod
     def http(cls, url: str, *, headers: Optional[Mapping[str, str]] = None, auth: Any = None,
@@ -115,7 +125,8 @@ class MCPServer:
              prefix: Optional[str] = None, timeout: Optional[float] = 300.0,
              requires_approval: ApprovalOption = None, connect_timeout: float = 30.0,
              on_progress: Optional[ProgressHandler] = None, reset_timeout_on_progress: bool = False,
-             elicitation: Optional[ElicitationHandler] = None, roots: Optional[Sequence[Any]] = None) -> "MCPServer":
+             elicitation: Optional[ElicitationHandler] = None, roots: Optional[Sequence[Any]] = None,
+             resource_tool: Union[bool, str] = False) -> "MCPServer":
         """A server reached over MCP's streamable HTTP transport at ``url``.
 
         ``headers`` go on every request; ``auth`` is any ``httpx2.Auth`` (the HTTP client the
@@ -128,7 +139,8 @@ class MCPServer:
         return cls(kind="http", target=target, name=name or url, trust_annotations=trust_annotations,
                    policies=policies, prefix=prefix, timeout=timeout, requires_approval=requires_approval,
                    connect_timeout=connect_timeout, on_progress=on_progress,
-                   reset_timeout_on_progress=reset_timeout_on_progress, elicitation=elicitation, roots=roots)
+                   reset_timeout_on_progress=reset_timeout_on_progress, elicitation=elicitation, roots=roots,
+                   resource_tool=resource_tool)
 
     # ------------------------------------------------------------------ what the agent asks
 
@@ -183,6 +195,21 @@ class MCPServer:
                     conn.end("the server forgot the MCP session (HTTP 404)")
                     continue
                 raise self._failure(e, conn, name) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def read_resource(self, uri: str) -> Any:
+        """The resource at ``uri`` (``resources/read``) as a tool return value: text as output,
+        blobs as file attachments. Failures are a :class:`~we0nb.tools.ToolError`, as for calls."""
+        for again in (False, True):
+            conn = await self._connection_for("resources/read")
+            try:
+                result = await asyncio.wait_for(conn.session.read_resource(uri), self.timeout)
+            except Exception as e:
+                if conn.watch.session_lost and not again and _refused(e):
+                    conn.end("the server forgot the MCP session (HTTP 404)")
+                    continue
+                raise self._failure(e, conn, "resources/read") from None
+            return resource_return(result)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _connection_for(self, name: str) -> Connection:
@@ -340,6 +367,8 @@ class MCPServer:
             log.warning("%s: tool %r is not offered to the model: %s", self.label, name, hidden[name])
         self.hidden_tools = hidden
         tools = tuple(make_tool(self, t, opts, prefix) for t in listed if t.name not in hidden)
+        if self.resource_tool_name is not None:
+            tools += (resource_tool(self, prefix + self.resource_tool_name),)
         if [(t.name, t.policy, t.input_schema, t.description) for t in tools] != \
                 [(t.name, t.policy, t.input_schema, t.description) for t in self._tools] or not self._listed:
             self._tools = tools  # a new tuple only on a change: the agent rebuilds its table then
