@@ -196,3 +196,15 @@ async def test_resource_tool_lets_the_model_read_a_resource_and_is_off_by_defaul
     assert "s_read_resource" in {s.name for s in model.requests[0].tools}
     async with stdio_server(tmp_path / "ledger") as plain:
         assert "read_resource" not in plain.policies()
+
+
+async def test_a_malformed_elicitation_schema_is_cancelled_at_once(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    ledger = tmp_path / "ledger"
+    asked: list = []
+    server = stdio_server(ledger, elicitation=lambda r: (asked.append(r), r.accept({"x": 1}))[1])
+    with caplog.at_level(logging.WARNING, logger="we0nb.mcp"):
+        async with server:
+            value = await asyncio.wait_for(server.call_tool("ask_badly", {}), 30)
+    assert [e["action"] for e in entries(ledger, "ask_badly")] == ["cancel"] and value == {"result": "cancel"}
+    assert any("the server's requested schema is not valid JSON Schema" in r.getMessage() for r in caplog.records)

@@ -9,7 +9,7 @@ side effects), ``slow`` (sleeps; notes a cancellation in the ledger), ``fail`` (
 ``charge`` (idempotentHint; records the idempotency key sent in ``_meta``), ``structured`` (structuredContent), ``picture``/``clip``/``links`` (image, audio, resource
 link), ``embedded`` (embedded resources with annotations), ``die`` (the process exits mid-call), ``garbage`` (writes a non-JSON line to stdout),
 ``report`` (listed as task-required), ``countdown`` (progress), ``ask``/``visit`` (form and URL
-elicitation), ``folders`` (the client's roots), ``chatty`` (log messages), ``flood`` (progress and logs as fast as it can), ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID); the resource ``notes://today``.
+elicitation), ``ask_badly`` (an elicitation with a malformed schema), ``folders`` (the client's roots), ``chatty`` (log messages), ``flood`` (progress and logs as fast as it can), ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID); the resource ``notes://today``.
 An item or key ``"block"`` makes ``place_order``/``lookup``/``charge`` write the ledger, then wait forever —
 the first time only (a file beside the ledger remembers it), so a recalled call finishes.
 """
@@ -198,6 +198,14 @@ def build(ledger: str) -> MCPServer:
         answer = await ctx.elicit(question, schema=Order)
         note("ask", action=answer.action, data=answer.data.model_dump() if answer.action == "accept" else None)
         return f"{answer.action}: {answer.data.model_dump() if answer.action == 'accept' else ''}"
+
+    @app.tool()
+    async def ask_badly(ctx: Context) -> str:
+        """Asks with a schema that is not valid JSON Schema (a property whose type is 5)."""
+        answer = await ctx.session.elicit_form("Broken form", {"type": "object", "properties": {"x": {"type": 5}}},
+                                               related_request_id=ctx.request_id)
+        note("ask_badly", action=answer.action)
+        return answer.action
 
     @app.tool()
     async def visit(ctx: Context) -> str:
