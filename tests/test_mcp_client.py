@@ -208,3 +208,20 @@ async def test_a_malformed_elicitation_schema_is_cancelled_at_once(tmp_path: Pat
             value = await asyncio.wait_for(server.call_tool("ask_badly", {}), 30)
     assert [e["action"] for e in entries(ledger, "ask_badly")] == ["cancel"] and value == {"result": "cancel"}
     assert any("the server's requested schema is not valid JSON Schema" in r.getMessage() for r in caplog.records)
+
+
+async def test_abort_still_cancels_a_call_whose_timeout_resets_on_progress(tmp_path: Path) -> None:
+    seen: list = []
+    server = stdio_server(tmp_path / "ledger", timeout=30, reset_timeout_on_progress=True, on_progress=seen.append)
+    model = ScriptedModel([[tool_call("countdown", {"steps": 100, "delay": 0.2})], [text("done")]])
+    async with We0Agent(model, tools=[server]) as agent:
+        abort = asyncio.Event()
+        task = asyncio.create_task(agent.invoke(abort=abort, messages=[user_message("go")], session_id="r"))
+        await await_until(lambda: seen, what="the first progress notification")
+        t0 = time.monotonic()
+        abort.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        took = time.monotonic() - t0
+        (p,) = parts(await agent.transcript("r"))
+    assert took < 1.0 and p.state.status == "running"  # abort leaves the part running, as for any call
