@@ -78,9 +78,10 @@ def free_port() -> int:
 class HttpServer:
     """The test server serving streamable HTTP on 127.0.0.1 (a real process, stopped by PID)."""
 
-    def __init__(self, ledger: Path, port: int | None = None) -> None:
+    def __init__(self, ledger: Path, port: int | None = None, token: str | None = None) -> None:
         self.ledger = ledger
         self.port = port or free_port()
+        self.token = token
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -88,8 +89,9 @@ class HttpServer:
         return f"http://127.0.0.1:{self.port}/mcp"
 
     def start(self) -> "HttpServer":
+        extra = ["--token", self.token] if self.token else []
         self.proc = subprocess.Popen([sys.executable, str(APP), "--ledger", str(self.ledger), "--http",
-                                      str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                      str(self.port), *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_until(self._listening, 30, f"the HTTP MCP server on port {self.port}")
         return self
 

@@ -141,11 +141,12 @@ async def test_results_text_json_errors_and_attachments(tmp_path: Path) -> None:
     assert st.state.output == '{"n":3,"square":9}'
     assert fail.state.status == "error" and "out of stock" in fail.state.error
     assert not fail.state.error.startswith("ToolError")
-    assert pic.state.output == "a red dot"
+    assert pic.state.output == "a red dot\n[image image/png, 16 bytes]"  # the model is told of the image
     (img,) = pic.state.attachments
     assert img.type == "image" and img.mime_type == "image/png" and img.data.startswith("iVBORw0KGgo")
     assert clip.state.attachments[0].type == "audio" and clip.state.output.startswith("[audio audio/wav")
-    assert links.state.output == "two reports"
+    assert links.state.output == ("two reports\n[link report.pdf: https://example.org/report.pdf]\n"
+                                  "[link notes: file:///tmp/notes.txt]")
     assert [(a.type, a.name, a.uri) for a in links.state.attachments] == [
         ("link", "report.pdf", "https://example.org/report.pdf"), ("link", "notes", "file:///tmp/notes.txt")]
     # invalid arguments never reach the server

@@ -8,8 +8,11 @@ from typing import Iterator
 
 import pytest
 
+httpx2 = pytest.importorskip("httpx2")
+
 from mcpkit import HttpServer, await_until, entries, starts
 from we0nb import ScriptedModel, We0Agent, text, tool_call, user_message
+from we0nb.errors import MCPServerError
 from we0nb.mcp import MCPServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -77,3 +80,49 @@ async def test_an_http_server_killed_mid_call_is_an_error_and_a_restarted_one_is
     assert "its outcome is unknown. It is reconnected on the next call." in blocked.state.error
     assert who.state.status == "completed", who.state
     assert who.state.output == f'{{"result":{starts(http_server.ledger)[-1]}}}'
+
+
+async def test_a_server_restarted_between_calls_gets_a_new_session_and_the_call_runs_once(
+        http_server: HttpServer) -> None:
+    server = MCPServer.http(http_server.url, name="web")
+    model = ScriptedModel([[tool_call("whoami", {})], [text("one")],
+                           [tool_call("place_order", {"item": "tea"})], [text("two")]])
+    async with We0Agent(model, tools=[server]) as agent:
+        await agent.invoke(messages=[user_message("who")], session_id="s3")
+        http_server.kill()
+        http_server.start()  # the new process knows no session: it answers 404 to the old one
+        r = await agent.invoke(messages=[user_message("order")], session_id="s3")
+        who, order = parts(await agent.transcript("s3"))
+        assert server.connected
+    first, second = starts(http_server.ledger)
+    assert who.state.output == f'{{"result":{first}}}'
+    assert r.result == "stop" and order.state.status == "completed", order.state
+    assert [(e["item"], e["pid"]) for e in entries(http_server.ledger, "place_order")] == [("tea", second)]
+
+
+class _Bearer(httpx2.Auth):
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def auth_flow(self, request):
+        request.headers["Authorization"] = f"Bearer {self.token}"
+        yield request
+
+
+async def test_auth_takes_an_httpx_auth_and_a_401_is_named_an_authorization_problem(tmp_path: Path) -> None:
+    guarded = HttpServer(tmp_path / "ledger", token="s3cret").start()
+    try:
+        with pytest.raises(MCPServerError, match=r"refused the connection: HTTP 401 \(Bearer error=\"invalid_token\"\) "
+                                                 r"— an authorization problem\. Pass credentials"):
+            await MCPServer.http(guarded.url, name="guarded").connect()
+        with pytest.raises(MCPServerError, match="HTTP 401"):
+            await MCPServer.http(guarded.url, auth=_Bearer("wrong")).connect()
+        server = MCPServer.http(guarded.url, name="guarded", auth=_Bearer("s3cret"))
+        model = ScriptedModel([[tool_call("place_order", {"item": "tea"})], [text("done")]])
+        async with We0Agent(model, tools=[server]) as agent:
+            r = await agent.invoke(messages=[user_message("go")])
+        assert r.result == "stop" and [e["item"] for e in entries(guarded.ledger, "place_order")] == ["tea"]
+    finally:
+        guarded.kill()
+    with pytest.raises(TypeError, match=r"auth=\.\.\.\): expected an httpx2\.Auth"):
+        MCPServer.http(guarded.url, auth="s3cret")

@@ -238,9 +238,11 @@ class Attachment(_Model):
     """Something a tool returned beside its text (an MCP server's images, audio, files and links).
 
     ``type`` is ``"image"``, ``"audio"`` or ``"file"`` (base64 ``data`` with its ``mime_type``;
-    ``uri`` names an embedded file) or ``"link"`` (a resource link: ``uri``, maybe ``name``).
-    The model sees only the call's ``output``; attachments are kept for people (the notebook
-    renders them) and for analysis.
+    ``uri`` names an embedded file, whose text, if it is text, is in the output instead) or
+    ``"link"`` (a resource link: ``uri``, maybe ``name``). ``annotations`` are the server's
+    (MCP's ``audience``, ``priority``, ``lastModified``). The model sees only the call's
+    ``output`` (which mentions each attachment); attachments are kept for people (the
+    notebook renders them) and for analysis.
     """
 
     type: Literal["image", "audio", "file", "link"]
@@ -248,6 +250,7 @@ class Attachment(_Model):
     data: Optional[str] = None
     uri: Optional[str] = None
     name: Optional[str] = None
+    annotations: Optional[dict[str, Any]] = None
 
 
 class ToolStateCompleted(_Model):

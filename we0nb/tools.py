@@ -19,7 +19,7 @@ import functools
 import inspect
 import json
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Generic, Literal, Optional, TypeVar, Union, get_type_hints, overload
+from typing import Any, Awaitable, Callable, Generic, Literal, Mapping, Optional, TypeVar, Union, get_type_hints, overload
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -156,11 +156,13 @@ class ToolReturn:
     """A tool's return value with attachments (images, audio, links) kept beside its output.
 
     ``output`` becomes the text the model sees (as any return value); ``attachments`` are
-    :class:`~we0nb.messages.Attachment` objects stored in the call's completed state.
+    :class:`~we0nb.messages.Attachment` objects stored in the call's completed state;
+    ``metadata`` (JSON values) is added to that state's metadata (an MCP call's last progress).
     """
 
     output: Any
     attachments: tuple[Any, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 def to_output(value: Any) -> str:

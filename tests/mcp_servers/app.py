@@ -6,10 +6,11 @@ appends one JSON line to the ledger (the ground truth of what ran), with the ser
 
 Tools: ``echo`` and ``lookup`` (annotated readOnlyHint), ``place_order`` (no annotations:
 side effects), ``slow`` (sleeps; notes a cancellation in the ledger), ``fail`` (isError),
-``structured`` (structuredContent), ``picture``/``clip``/``links`` (image, audio, resource
-link), ``die`` (the process exits mid-call), ``garbage`` (writes a non-JSON line to stdout),
-``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID).
-An item or key ``"block"`` makes ``place_order``/``lookup`` write the ledger, then wait forever —
+``charge`` (idempotentHint; records the idempotency key sent in ``_meta``), ``structured`` (structuredContent), ``picture``/``clip``/``links`` (image, audio, resource
+link), ``embedded`` (embedded resources with annotations), ``die`` (the process exits mid-call), ``garbage`` (writes a non-JSON line to stdout),
+``report`` (listed as task-required), ``countdown`` (progress), ``ask``/``visit`` (form and URL
+elicitation), ``ask_badly`` (an elicitation with a malformed schema), ``folders`` (the client's roots), ``chatty`` (log messages), ``flood`` (progress and logs as fast as it can), ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID); the resource ``notes://today``.
+An item or key ``"block"`` makes ``place_order``/``lookup``/``charge`` write the ledger, then wait forever —
 the first time only (a file beside the ledger remembers it), so a recalled call finishes.
 """
 
@@ -21,9 +22,12 @@ import json
 import os
 from typing import TypedDict
 
+from pydantic import BaseModel
+
 from mcp.server.mcpserver import Audio, Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ResourceLink, TextContent, ToolAnnotations
+from mcp.types import (Annotations, BlobResourceContents, EmbeddedResource, ResourceLink, TextContent,
+                       TextResourceContents, ToolAnnotations, ToolExecution)
 
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 
@@ -33,8 +37,17 @@ class Square(TypedDict):
     square: int
 
 
+class _Server(MCPServer):
+    """The SDK's server, listing ``report`` as a tool that must be called as a task (2025-11-25)."""
+
+    async def list_tools(self) -> list:
+        tools = await super().list_tools()
+        return [t.model_copy(update={"execution": ToolExecution(task_support="required")}) if t.name == "report"
+                else t for t in tools]
+
+
 def build(ledger: str) -> MCPServer:
-    app = MCPServer("we0nb-test")
+    app = _Server("we0nb-test")
 
     def note(tool: str, **data: object) -> None:
         with open(ledger, "a") as f:
@@ -78,6 +91,20 @@ def build(ledger: str) -> MCPServer:
             raise
         return "slept"
 
+    @app.tool(annotations=ToolAnnotations(idempotent_hint=True))
+    async def charge(item: str, ctx: Context) -> str:
+        """Charge for an item (idempotent: the client's key arrives in _meta; "block" hangs once)."""
+        key = (ctx.request_context.meta or {}).get("io.we0nb/idempotency-key")
+        note("charge", item=item, key=key)
+        await hold(item)
+        return f"charged {item} (key {key})"
+
+    @app.tool()
+    def report() -> str:
+        """Listed with taskSupport "required": a client that cannot run tasks must not offer it."""
+        note("report")
+        return "report"
+
     @app.tool()
     def fail(message: str) -> str:
         """Always fails with the message."""
@@ -107,6 +134,15 @@ def build(ledger: str) -> MCPServer:
                 ResourceLink(type="resource_link", name="notes", uri="file:///tmp/notes.txt")]
 
     @app.tool()
+    def embedded() -> list:
+        """An embedded text resource and an embedded blob, with content annotations."""
+        return [EmbeddedResource(type="resource", annotations=Annotations(audience=["user"], priority=0.5),
+                                 resource=TextResourceContents(uri="file:///notes/a.md", mime_type="text/markdown",
+                                                               text="# Notes")),
+                EmbeddedResource(type="resource", resource=BlobResourceContents(
+                    uri="file:///data/b.bin", mime_type="application/octet-stream", blob="AAEC"))]
+
+    @app.tool()
     def die() -> str:
         """The server process exits in the middle of the call."""
         note("die")
@@ -134,6 +170,68 @@ def build(ledger: str) -> MCPServer:
         return (ctx.headers or {}).get(name.lower(), "(none)")
 
     @app.tool(annotations=READ_ONLY)
+    async def countdown(steps: int, delay: float, ctx: Context) -> str:
+        """Reports progress (step i of steps, every ``delay`` seconds), then answers."""
+        for i in range(1, steps + 1):
+            await asyncio.sleep(delay)
+            await ctx.report_progress(i, steps, f"step {i}")
+        return f"counted {steps}"
+
+    @app.tool(annotations=READ_ONLY)
+    async def flood(count: int, ctx: Context) -> str:
+        """Sends ``count`` progress notifications and as many log messages as fast as it can, then hangs."""
+        note("flood", event="start")
+        for i in range(count):
+            await ctx.report_progress(i, count)
+            await ctx.log("info", f"line {i}")
+        note("flood", event="sent")
+        await asyncio.Event().wait()
+        return "unreachable"
+
+    class Order(BaseModel):
+        name: str
+        count: int = 3
+
+    @app.tool()
+    async def ask(question: str, ctx: Context) -> str:
+        """Asks the user (form elicitation: a name, and a count that defaults to 3)."""
+        answer = await ctx.elicit(question, schema=Order)
+        note("ask", action=answer.action, data=answer.data.model_dump() if answer.action == "accept" else None)
+        return f"{answer.action}: {answer.data.model_dump() if answer.action == 'accept' else ''}"
+
+    @app.tool()
+    async def ask_badly(ctx: Context) -> str:
+        """Asks with a schema that is not valid JSON Schema (a property whose type is 5)."""
+        answer = await ctx.session.elicit_form("Broken form", {"type": "object", "properties": {"x": {"type": 5}}},
+                                               related_request_id=ctx.request_id)
+        note("ask_badly", action=answer.action)
+        return answer.action
+
+    @app.tool()
+    async def visit(ctx: Context) -> str:
+        """Asks the user to open a page (URL elicitation)."""
+        answer = await ctx.elicit_url("Please sign in", "https://example.org/login", "e-1")
+        return answer.action
+
+    @app.tool(annotations=READ_ONLY)
+    async def folders(ctx: Context) -> str:
+        """The client's roots (their URIs, one a line)."""
+        listed = await ctx.session.list_roots()
+        return "\n".join(str(r.uri) for r in listed.roots)
+
+    @app.tool(annotations=READ_ONLY)
+    async def chatty(ctx: Context) -> str:
+        """Sends two log messages (info, warning) to the client, then answers."""
+        await ctx.log("info", "starting", logger_name="chatty")
+        await ctx.log("warning", {"disk": "almost full"}, logger_name="chatty")
+        return "said it"
+
+    @app.resource("notes://today", mime_type="text/plain")
+    def today() -> str:
+        """Today's note (a resource, read with resources/read)."""
+        return "buy tea"
+
+    @app.tool(annotations=READ_ONLY)
     def whoami() -> int:
         """The server's process id."""
         return os.getpid()
@@ -151,17 +249,39 @@ def _wire_fd() -> int:
 
 
 def main() -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r".*deprecated as of 2026-07-28")  # (logging and roots: still 2025-11-25)
     ap = argparse.ArgumentParser()
     ap.add_argument("--ledger", required=True)
     ap.add_argument("--http", type=int, default=None, help="serve streamable HTTP on 127.0.0.1:PORT")
+    ap.add_argument("--token", default=None, help="HTTP only: answer 401 unless 'Authorization: Bearer TOKEN'")
     args = ap.parse_args()
     with open(args.ledger, "a") as f:
         f.write(json.dumps({"tool": "(start)", "pid": os.getpid()}) + "\n")
     app = build(args.ledger)
     if args.http is None:
         app.run()
-    else:
+    elif args.token is None:
         app.run("streamable-http", host="127.0.0.1", port=args.http)
+    else:
+        import uvicorn
+
+        asgi = bearer_only(app.streamable_http_app(), args.token)
+        uvicorn.run(asgi, host="127.0.0.1", port=args.http, log_level="warning")
+
+
+def bearer_only(asgi, token: str):
+    """The app behind a bearer-token check: 401 with a WWW-Authenticate challenge otherwise."""
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != f"Bearer {token}".encode():
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"www-authenticate", b'Bearer error="invalid_token"'),
+                                    (b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await asgi(scope, receive, send)
+    return guarded
 
 
 if __name__ == "__main__":

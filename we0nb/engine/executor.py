@@ -257,6 +257,7 @@ def completed_state(inp: dict[str, Any], result: Any, meta: dict[str, Any], star
     """A tool's return value as the call's completed state (attachments kept beside the output)."""
     attachments: list[Any] = []
     if type(result) is ToolReturn:
+        meta = {**meta, **result.metadata} if result.metadata else meta
         attachments, result = list(result.attachments), result.output
     try:
         output = to_output(result)

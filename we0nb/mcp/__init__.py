@@ -4,6 +4,7 @@ Importing this package does not import the ``mcp`` SDK; building a server does (
 ``pip install "we0nb[mcp]"``). See :mod:`we0nb.mcp.server`.
 """
 
+from .client import Elicitation, Progress
 from .server import MCPServer
 
-__all__ = ["MCPServer"]
+__all__ = ["MCPServer", "Progress", "Elicitation"]

@@ -4,7 +4,9 @@ against the tool's ``inputSchema``, and results turned into output, JSON and att
 MCP says a client must treat tool annotations as untrusted unless it trusts the server, so
 by default every MCP tool has side effects (interrupted on resume, never run twice). Only
 with ``trust_annotations=True`` does ``readOnlyHint: true`` make a tool read-only (recalled
-on resume). ``policies=`` overrides both, per tool.
+on resume) and ``idempotentHint: true`` make it idempotent (executed again with the same
+idempotency key on resume, SPEC §11). ``policies=`` overrides both, per tool. Every call
+carries its idempotency key in the request's ``_meta`` under :data:`IDEMPOTENCY_META_KEY`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ from ..tools import ToolDefinition, ToolError, ToolInputError, ToolPolicy, ToolR
 from .endpoint import Endpoint
 
 
-__all__ = ["MCPTool", "PolicyOptions", "tool_policy", "make_tool", "to_return", "call_error"]
+__all__ = ["MCPTool", "PolicyOptions", "tool_policy", "make_tool", "to_return", "call_error",
+           "IDEMPOTENCY_META_KEY", "hidden_reason"]
+
+#: where a call's idempotency key travels in the ``tools/call`` request's ``_meta`` (SPEC §11)
+IDEMPOTENCY_META_KEY = "io.we0nb/idempotency-key"
 
 log = logging.getLogger("we0nb.mcp")
 
@@ -73,7 +79,7 @@ class MCPTool(ToolDefinition[Any]):
 
     async def call(self, kwargs: dict[str, Any], context: Any = None) -> Any:
         assert self.server is not None
-        return await self.server.call_tool(self.remote_name, kwargs)
+        return await self.server.call_tool(self.remote_name, kwargs, context=context)
 
 
 # --------------------------------------------------------------------------- policy
@@ -100,11 +106,26 @@ def tool_policy(name: str, hints: Mapping[str, Any], opts: PolicyOptions) -> tup
             override = replace(override, requires_approval=True)
         return override, "policies="
     read_only = hints.get("read_only_hint") is True
+    idempotent = hints.get("idempotent_hint") is True
     if read_only and opts.trust_annotations:
         return ToolPolicy(side_effects=False, requires_approval=approval), "readOnlyHint (trusted)"
-    if read_only:
-        return ToolPolicy(requires_approval=approval), "default (readOnlyHint not trusted)"
+    if idempotent and opts.trust_annotations:
+        return ToolPolicy(idempotent=True, requires_approval=approval), "idempotentHint (trusted)"
+    if read_only or idempotent:
+        hint = "readOnlyHint" if read_only else "idempotentHint"
+        return ToolPolicy(requires_approval=approval), f"default ({hint} not trusted)"
     return ToolPolicy(requires_approval=approval), "default"
+
+
+def hidden_reason(tool: Any) -> Optional[str]:
+    """Why a listed tool is not offered to the model (None: it is). A tool whose ``execution``
+    says ``taskSupport: "required"`` answers a plain call with an error (MCP 2025-11-25: it
+    must be called as a task, which this client does not do), so the model never sees it."""
+    execution = getattr(tool, "execution", None)
+    if getattr(execution, "task_support", None) == "required":
+        return ('it must be called as a task (execution.taskSupport "required"), and we0nb calls tools '
+                "plainly; a plain call would always fail")
+    return None
 
 
 def make_tool(server: Endpoint, tool: Any, opts: PolicyOptions, prefix: str) -> MCPTool:
@@ -149,35 +170,55 @@ def _validator(schema: dict[str, Any], server: Endpoint, name: str) -> Any:
 
 def to_return(result: Any, label: str, tool_name: str) -> Any:
     """A ``CallToolResult`` as a tool return value: ``structuredContent`` as JSON, otherwise the
-    text joined; images, audio, files and links as attachments. ``isError`` raises ToolError."""
+    text joined with a line for each image, audio, file and link (so the model knows they are
+    there); those become attachments, with their annotations. An embedded text resource keeps
+    its ``uri`` and ``mimeType`` (a header line above its text). ``isError`` raises ToolError."""
     texts: list[str] = []
-    notes: list[str] = []
     attachments: list[Attachment] = []
     for block in result.content or ():
-        kind = getattr(block, "type", None)
-        if kind == "text":
-            texts.append(block.text)
-        elif kind in ("image", "audio"):
-            attachments.append(Attachment(type=kind, mime_type=block.mime_type, data=block.data))
-            notes.append(f"[{kind} {block.mime_type}, {len(block.data) * 3 // 4} bytes]")
-        elif kind == "resource_link":
-            attachments.append(Attachment(type="link", uri=str(block.uri), name=block.name,
-                                          mime_type=block.mime_type))
-            notes.append(f"[link {block.name}: {block.uri}]")
-        elif kind == "resource":
-            res = block.resource
-            if getattr(res, "text", None) is not None:
-                texts.append(res.text)
-            else:
-                attachments.append(Attachment(type="file", uri=str(res.uri), mime_type=res.mime_type,
-                                              data=getattr(res, "blob", None)))
-                notes.append(f"[file {res.uri}]")
+        line, attachment = _block(block)
+        if line is not None:
+            texts.append(line)
+        if attachment is not None:
+            attachments.append(attachment)
     if result.is_error:
-        message = "\n".join(texts) or "\n".join(notes)
+        message = "\n".join(texts)
         raise ToolError(message or f"{label}: tool {tool_name!r} reported an error without a message.")
     structured = result.structured_content
-    output: Any = structured if structured is not None else ("\n".join(texts) if texts else "\n".join(notes))
+    output: Any = structured if structured is not None else "\n".join(texts)
     return ToolReturn(output, tuple(attachments)) if attachments else output
+
+
+def _block(block: Any) -> tuple[Optional[str], Optional[Attachment]]:
+    """One content block: the line the model reads, and the attachment people see (either may be None)."""
+    kind = getattr(block, "type", None)
+    ann = _annotations(block)
+    if kind == "text":
+        return block.text, None
+    if kind in ("image", "audio"):
+        return (f"[{kind} {block.mime_type}, {len(block.data.rstrip('=')) * 3 // 4} bytes]",
+                Attachment(type=kind, mime_type=block.mime_type, data=block.data, annotations=ann))
+    if kind == "resource_link":
+        return (f"[link {block.name}: {block.uri}]",
+                Attachment(type="link", uri=str(block.uri), name=block.name, mime_type=block.mime_type,
+                           annotations=ann))
+    if kind == "resource":
+        res = block.resource
+        uri, mime = str(res.uri), getattr(res, "mime_type", None)
+        head = f"[resource {uri}{', ' + mime if mime else ''}]"
+        if getattr(res, "text", None) is not None:
+            return f"{head}\n{res.text}", Attachment(type="file", uri=uri, mime_type=mime, annotations=ann)
+        return (f"[file {uri}{', ' + mime if mime else ''}]",
+                Attachment(type="file", uri=uri, mime_type=mime, data=getattr(res, "blob", None), annotations=ann))
+    return None, None
+
+
+def _annotations(block: Any) -> Optional[dict[str, Any]]:
+    ann = getattr(block, "annotations", None)
+    if ann is None:
+        return None
+    data = ann.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return data or None
 
 
 def call_error(exc: BaseException, label: str, tool_name: str, timeout: Optional[float],

@@ -20,10 +20,14 @@ from typing import Any, Callable, Optional
 
 from ..errors import MCPServerError
 from .endpoint import Endpoint
+from .http import HttpWatch
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "AUTH_HINT"]
 
 log = logging.getLogger("we0nb.mcp")
+
+AUTH_HINT = ("Pass credentials with MCPServer.http(url, headers={'Authorization': 'Bearer …'}) or "
+             "auth= (an httpx2.Auth such as the SDK's OAuthClientProvider, or we0nb.mcp.oauth).")
 
 
 class _Watched:
@@ -78,13 +82,15 @@ class Connection:
         self.dead: Optional[str] = None
         #: the server said its tool list changed (notifications/tools/list_changed)
         self.stale = False
+        #: what the HTTP answers said (a forgotten session, an authorization failure)
+        self.watch = HttpWatch()
         self._closing = asyncio.Event()
         self._ready: asyncio.Future[list[Any]] = loop.create_future()
         self.task = loop.create_task(self._main(), name=f"we0nb {server.label}")
 
     @property
     def usable(self) -> bool:
-        return self.session is not None and self.dead is None
+        return self.session is not None and self.dead is None and not self.watch.session_lost
 
     async def ready(self) -> list[Any]:
         """The server's tools once connected; MCPServerError when it could not be."""
@@ -93,6 +99,12 @@ class Connection:
         except MCPServerError:
             raise
         except Exception as e:
+            step = _oauth_failure(e)
+            if step is not None:
+                raise MCPServerError(f"{self.server.label}: authorization failed — {step}") from e
+            if self.watch.auth_failure is not None:
+                raise MCPServerError(f"{self.server.label} refused the connection: {self.watch.auth_failure} — an "
+                                     f"authorization problem. {AUTH_HINT}") from e
             raise MCPServerError(f"{self.server.label} could not be started: {_describe(e)}. "
                                  f"{self.server.hint}") from e
 
@@ -115,10 +127,11 @@ class Connection:
         server = self.server
         try:
             async with contextlib.AsyncExitStack() as stack:
-                read, write = await stack.enter_async_context(server.transport())
+                read, write = await stack.enter_async_context(server.transport(self.watch))
                 session = await stack.enter_async_context(mcp.ClientSession(
                     _Watched(read, self._on_end_of_stream), write, message_handler=self._on_message,
-                    client_info=mcp.Implementation(name="we0nb", version=_version())))
+                    client_info=mcp.Implementation(name="we0nb", version=_version()),
+                    **server.features.session_kwargs()))
                 with anyio.fail_after(server.connect_timeout):  # (innermost scope: exited in LIFO order)
                     await session.initialize()
                     tools = await list_tools(session)
@@ -150,8 +163,11 @@ class Connection:
             # e.g. a line on stdout that is not JSON-RPC: the stream cannot be trusted any more
             self.end(f"it sent something that is not an MCP message: {_garbage(message)}")
             return
-        if getattr(message, "method", None) == "notifications/tools/list_changed":
+        method = getattr(message, "method", None)
+        if method == "notifications/tools/list_changed":
             self.stale = True
+        elif method == "notifications/resources/list_changed":
+            log.info("%s: its resources changed (notifications/resources/list_changed)", self.server.label)
 
 
 async def list_tools(session: Any) -> list[Any]:
@@ -168,6 +184,23 @@ async def list_tools(session: Any) -> list[Any]:
         if not cursor:
             return tools
     raise MCPServerError("tools/list kept returning a next cursor (1,000 pages); the server's pagination loops.")
+
+
+def _oauth_failure(e: BaseException) -> Optional[str]:
+    """The OAuth step that failed, when ``e`` is an OAuth flow's error (ours or the SDK's)."""
+    from mcp.client.auth.exceptions import OAuthFlowError, OAuthRegistrationError, OAuthTokenError
+
+    from .oauth import OAuthError
+
+    if isinstance(e, OAuthError):
+        return str(e)
+    if isinstance(e, OAuthRegistrationError):
+        return f"registering the client with the authorization server: {e}"
+    if isinstance(e, OAuthTokenError):
+        return f"getting or refreshing a token: {e}. Delete the token file (tokens=) to sign in again."
+    if isinstance(e, OAuthFlowError):
+        return f"OAuth flow: {e}"
+    return None
 
 
 def _leaf(e: BaseException) -> BaseException:
@@ -198,6 +231,9 @@ def _describe(e: BaseException) -> str:
 
 
 def _version() -> str:
-    from .. import __version__
+    from importlib.metadata import PackageNotFoundError, version
 
-    return __version__
+    try:
+        return version("we0nb")
+    except PackageNotFoundError:  # a checkout on sys.path, not installed
+        return "0+unknown"

@@ -19,13 +19,17 @@ import os
 import sys
 import weakref
 from dataclasses import asdict
-from typing import Any, AsyncIterator, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from .._extras import require
 from ..errors import MCPServerError
-from ..tools import ToolError, ToolPolicy
-from .adapter import MCPTool, PolicyOptions, call_error, make_tool, to_return
-from .connection import Connection, list_tools
+from ..tools import ToolContext, ToolError, ToolPolicy
+from .adapter import MCPTool, PolicyOptions, call_error, hidden_reason, make_tool
+from .calls import call_once
+from .client import ClientFeatures, ElicitationHandler, ProgressHandler, check_roots
+from .connection import AUTH_HINT, Connection, list_tools
+from .http import HttpWatch, http_transport
+from .resources import RESOURCE_TOOL, resource_return, resource_tool
 
 __all__ = ["MCPServer"]
 
@@ -43,20 +47,26 @@ class MCPServer:
     (prepended to the tool names the agent sees), ``timeout`` (seconds per call; None: no
     limit), ``requires_approval`` (True, or a set of the server's tool names, whose calls a
     person approves first), ``connect_timeout`` (seconds to start and initialize), ``name``
-    (how messages name the server).
+    (how messages name the server), ``resource_tool`` (True or a name: offer the model a
+    read-only tool that reads the server's resources, see :mod:`we0nb.mcp.resources`). What the
+    client offers the server — ``on_progress``,
+    ``reset_timeout_on_progress``, ``elicitation``, ``roots`` — is described in
+    :mod:`we0nb.mcp.client`.
     """
 
     def __init__(self, *, kind: str, target: Any, name: str, trust_annotations: bool = False,
                  policies: Optional[Mapping[str, ToolPolicy]] = None, prefix: Optional[str] = None,
                  timeout: Optional[float] = 300.0, requires_approval: ApprovalOption = None,
-                 connect_timeout: float = 30.0) -> None:
+                 connect_timeout: float = 30.0, on_progress: Optional[ProgressHandler] = None,
+                 reset_timeout_on_progress: bool = False, elicitation: Optional[ElicitationHandler] = None,
+                 roots: Optional[Sequence[Any]] = None, resource_tool: Union[bool, str] = False) -> None:
         require("mcp", "MCPServer", "mcp")  # a clear one-line error without the extra
         self.kind = kind
         self._target = target
         self.name = name
         self.prefix = _check_prefix(prefix)
         self.timeout = _check_seconds("timeout", timeout, allow_none=True)
-        self.connect_timeout = _check_seconds("connect_timeout", connect_timeout, allow_none=False)
+        self.connect_timeout: float = _check_seconds("connect_timeout", connect_timeout, allow_none=False) or 30.0
         self.options = PolicyOptions(trust_annotations=_check_bool("trust_annotations", trust_annotations),
                                      policies=_check_policies(policies),
                                      requires_approval=_check_approval(requires_approval))
@@ -64,6 +74,19 @@ class MCPServer:
         self._locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
         self._tools: tuple[MCPTool, ...] = ()
         self._listed = False
+        #: the server's tools that are not offered to the model (its own name -> why), as last listed
+        self.hidden_tools: dict[str, str] = {}
+        if on_progress is not None and not callable(on_progress):
+            raise TypeError("MCPServer(on_progress=...): expected a function fn(progress) (sync or async).")
+        self.on_progress = on_progress
+        self.reset_timeout_on_progress = _check_bool("reset_timeout_on_progress", reset_timeout_on_progress)
+        if not isinstance(resource_tool, (bool, str)) or resource_tool == "":
+            raise TypeError("MCPServer(resource_tool=...): expected True, False, or the tool's name.")
+        #: the name of the resources/read tool offered to the model (None: not offered)
+        self.resource_tool_name: Optional[str] = (
+            (resource_tool if isinstance(resource_tool, str) else RESOURCE_TOOL) if resource_tool else None)
+        self.features = ClientFeatures(self.label, elicitation=elicitation, roots=check_roots(roots),
+                                       roots_enabled=roots is not None)
 
     # ------------------------------------------------------------------ constructors
 
@@ -72,7 +95,10 @@ class MCPServer:
               cwd: Optional[Union[str, os.PathLike[str]]] = None, name: Optional[str] = None,
               trust_annotations: bool = False, policies: Optional[Mapping[str, ToolPolicy]] = None,
               prefix: Optional[str] = None, timeout: Optional[float] = 300.0,
-              requires_approval: ApprovalOption = None, connect_timeout: float = 30.0) -> "MCPServer":
+              requires_approval: ApprovalOption = None, connect_timeout: float = 30.0,
+             on_progress: Optional[ProgressHandler] = None, reset_timeout_on_progress: bool = False,
+              elicitation: Optional[ElicitationHandler] = None, roots: Optional[Sequence[Any]] = None,
+              resource_tool: Union[bool, str] = False) -> "MCPServer":
         """A server run as a subprocess (``command`` with ``args``), speaking MCP over its stdin/stdout.
 
         ``env`` is added to the SDK's minimal environment (HOME, PATH, …); the server's stderr
@@ -88,20 +114,33 @@ class MCPServer:
                                                               if not a.startswith("-")][:1]])
         return cls(kind="stdio", target=target, name=label, trust_annotations=trust_annotations, policies=policies,
                    prefix=prefix, timeout=timeout, requires_approval=requires_approval,
-                   connect_timeout=connect_timeout)
+                   connect_timeout=connect_timeout, on_progress=on_progress,
+                   reset_timeout_on_progress=reset_timeout_on_progress, elicitation=elicitation, roots=roots,
+                   resource_tool=resource_tool)
 
     @classmethod
-    def http(cls, url: str, *, headers: Optional[Mapping[str, str]] = None, name: Optional[str] = None,
+    def http(cls, url: str, *, headers: Optional[Mapping[str, str]] = None, auth: Any = None,
+             name: Optional[str] = None,
              trust_annotations: bool = False, policies: Optional[Mapping[str, ToolPolicy]] = None,
              prefix: Optional[str] = None, timeout: Optional[float] = 300.0,
-             requires_approval: ApprovalOption = None, connect_timeout: float = 30.0) -> "MCPServer":
-        """A server reached over MCP's streamable HTTP transport at ``url`` (``headers`` on every request)."""
+             requires_approval: ApprovalOption = None, connect_timeout: float = 30.0,
+             on_progress: Optional[ProgressHandler] = None, reset_timeout_on_progress: bool = False,
+             elicitation: Optional[ElicitationHandler] = None, roots: Optional[Sequence[Any]] = None,
+             resource_tool: Union[bool, str] = False) -> "MCPServer":
+        """A server reached over MCP's streamable HTTP transport at ``url``.
+
+        ``headers`` go on every request; ``auth`` is any ``httpx2.Auth`` (the HTTP client the
+        SDK uses) — a token scheme of your own, or the SDK's ``OAuthClientProvider`` for OAuth 2.1.
+        A 401 or 403 is reported as an authorization problem.
+        """
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"MCPServer.http(url): expected an http:// or https:// URL, got {url!r}.")
-        target = {"url": url, "headers": dict(headers) if headers else None}
+        target = {"url": url, "headers": dict(headers) if headers else None, "auth": _check_auth(auth)}
         return cls(kind="http", target=target, name=name or url, trust_annotations=trust_annotations,
                    policies=policies, prefix=prefix, timeout=timeout, requires_approval=requires_approval,
-                   connect_timeout=connect_timeout)
+                   connect_timeout=connect_timeout, on_progress=on_progress,
+                   reset_timeout_on_progress=reset_timeout_on_progress, elicitation=elicitation, roots=roots,
+                   resource_tool=resource_tool)
 
     # ------------------------------------------------------------------ what the agent asks
 
@@ -135,26 +174,67 @@ class MCPServer:
             log.warning("%s: could not refresh its tools (%s); keeping the last list", self.label, e)
         return self._tools
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+    async def call_tool(self, name: str, arguments: dict[str, Any], *, context: Optional[ToolContext] = None) -> Any:
         """Call the server's tool ``name`` (its own name, without prefix); the result as a tool
-        return value. Every failure is a :class:`~we0nb.tools.ToolError` with one clear line."""
-        conn = self._live()
-        if conn is None:
+        return value. Every failure is a :class:`~we0nb.tools.ToolError` with one clear line.
+
+        ``context`` (the engine passes it) puts the call's idempotency key in the request's
+        ``_meta`` as ``"io.we0nb/idempotency-key"``, so a server can deduplicate on it. An HTTP
+        server that forgot our session (it restarted) gets a new session and the call again:
+        it answered 404, so it did not process the call."""
+        for again in (False, True):
+            conn = await self._connection_for(name)
             try:
-                conn = await self._connect()
-            except MCPServerError as e:
-                raise ToolError(f"{e} The call to {name!r} was not made.", {"mcp_error": "unavailable"}) from None
-        session = conn.session
+                return await call_once(self, conn.session, name, arguments, context)
+            except ToolError:
+                raise
+            except Exception as e:
+                if conn.watch.session_lost and not again and _refused(e):
+                    log.info("%s forgot the MCP session (HTTP 404); starting a new one and calling %r again",
+                             self.label, name)
+                    conn.end("the server forgot the MCP session (HTTP 404)")
+                    continue
+                raise self._failure(e, conn, name) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def read_resource(self, uri: str) -> Any:
+        """The resource at ``uri`` (``resources/read``) as a tool return value: text as output,
+        blobs as file attachments. Failures are a :class:`~we0nb.tools.ToolError`, as for calls."""
+        for again in (False, True):
+            conn = await self._connection_for("resources/read")
+            try:
+                result = await asyncio.wait_for(conn.session.read_resource(uri), self.timeout)
+            except Exception as e:
+                if conn.watch.session_lost and not again and _refused(e):
+                    conn.end("the server forgot the MCP session (HTTP 404)")
+                    continue
+                raise self._failure(e, conn, "resources/read") from None
+            return resource_return(result)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _connection_for(self, name: str) -> Connection:
+        conn = self._live()
+        if conn is not None:
+            return conn
         try:
-            result = await session.call_tool(name, arguments, read_timeout_seconds=self.timeout)
-        except Exception as e:
-            again = ("The server is started again on the next call." if self.kind == "stdio"
-                     else "It is reconnected on the next call.")
-            err = call_error(e, self.label, name, self.timeout, conn.dead, again)
-            if err.metadata.get("mcp_error") == "connection_closed":
-                conn.end(conn.dead or "the connection was closed")
-            raise err from None
-        return to_return(result, self.label, name)
+            return await self._connect()
+        except MCPServerError as e:
+            raise ToolError(f"{e} The call to {name!r} was not made.", {"mcp_error": "unavailable"}) from None
+
+    def _failure(self, e: BaseException, conn: Connection, name: str) -> ToolError:
+        """What a failed call becomes (and the connection ended when it cannot be used again)."""
+        again = ("The server is started again on the next call." if self.kind == "stdio"
+                 else "It is reconnected on the next call.")
+        if conn.watch.auth_failure is not None:
+            conn.end(f"authorization failed ({conn.watch.auth_failure})")
+            return ToolError(f"{self.label} refused the call to {name!r}: {conn.watch.auth_failure} — an authorization "
+                             f"problem. {AUTH_HINT}", {"mcp_error": "unauthorized"})
+        err = call_error(e, self.label, name, self.timeout, conn.dead, again)
+        if err.metadata.get("mcp_error") == "connection_closed":
+            conn.end(conn.dead or "the connection was closed")
+        elif conn.watch.session_lost:
+            conn.end("the server forgot the MCP session (HTTP 404)")
+        return err
 
     # ------------------------------------------------------------------ the effective policies
 
@@ -174,6 +254,19 @@ class MCPServer:
             rows.append({"tool": t.name, "mcp_name": t.remote_name, **pol, "why": t.policy_source,
                          **{h: v for h, v in t.annotations.items()}})
         return rows
+
+    async def set_roots(self, roots: Sequence[Any]) -> None:
+        """Change the folders the server may see (``roots=``) and tell a connected server
+        (``notifications/roots/list_changed``); it asks for the new list when it needs it."""
+        if not self.features.roots_enabled:
+            raise RuntimeError(f"{self.label} was built without roots=, so it did not declare the roots capability; "
+                               "build it with roots=[...] (an empty list is fine) to change them later.")
+        self.features.roots = check_roots(roots)
+        conn = self._live()
+        if conn is not None:
+            import mcp_types
+
+            await conn.session.send_notification(mcp_types.RootsListChangedNotification())
 
     # ------------------------------------------------------------------ lifetime
 
@@ -216,18 +309,20 @@ class MCPServer:
 
     # ------------------------------------------------------------------ internals
 
-    def transport(self) -> Any:
-        """The SDK transport for this server (an async context manager of the stream pair)."""
+    def transport(self, watch: HttpWatch) -> Any:
+        """The SDK transport for this server (an async context manager of the stream pair);
+        ``watch`` learns what HTTP answers say (a forgotten session, a refused authorization)."""
         t = self._target
         if self.kind == "stdio":
             import mcp
 
             params = mcp.StdioServerParameters(command=t["command"], args=t["args"], env=t["env"], cwd=t["cwd"])
             return mcp.stdio_client(params, errlog=_errlog())
-        return _http_transport(t["url"], t["headers"])
+        return http_transport(t["url"], t["headers"], t["auth"], watch)
 
     def _live(self) -> Optional[Connection]:
-        conn = self._conns.get(_running_loop())
+        loop = _running_loop()
+        conn = self._conns.get(loop) if loop is not None else None
         return conn if conn is not None and conn.usable else None
 
     async def _connect(self) -> Connection:
@@ -267,7 +362,13 @@ class MCPServer:
             if not self._listed:
                 raise ValueError(msg)
             log.warning(msg)
-        tools = tuple(make_tool(self, t, opts, prefix) for t in listed)
+        hidden = {t.name: why for t in listed if (why := hidden_reason(t)) is not None}
+        for name in sorted(hidden.keys() - self.hidden_tools.keys()):
+            log.warning("%s: tool %r is not offered to the model: %s", self.label, name, hidden[name])
+        self.hidden_tools = hidden
+        tools = tuple(make_tool(self, t, opts, prefix) for t in listed if t.name not in hidden)
+        if self.resource_tool_name is not None:
+            tools += (resource_tool(self, prefix + self.resource_tool_name),)
         if [(t.name, t.policy, t.input_schema, t.description) for t in tools] != \
                 [(t.name, t.policy, t.input_schema, t.description) for t in self._tools] or not self._listed:
             self._tools = tools  # a new tuple only on a change: the agent rebuilds its table then
@@ -279,19 +380,13 @@ class MCPServer:
                                f"(`await server.connect()` or `async with server:`), then call {what}().")
 
 
-@contextlib.asynccontextmanager
-async def _http_transport(url: str, headers: Optional[dict[str, str]]) -> AsyncIterator[Any]:
-    from mcp.client.streamable_http import streamable_http_client
+def _refused(e: BaseException) -> bool:
+    """Whether a failed request was answered with a JSON-RPC error (not a timeout or a dropped
+    connection): after a 404 for our session, that answer means the request was not processed."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-    if not headers:
-        async with streamable_http_client(url) as streams:
-            yield streams
-        return
-    import httpx2
-
-    client = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
-    async with client, streamable_http_client(url, http_client=client) as streams:
-        yield streams
+    return isinstance(e, MCPError) and e.error.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
 
 
 def _errlog() -> Any:
@@ -316,6 +411,17 @@ def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
 
 
 # --------------------------------------------------------------------------- option checks
+
+
+def _check_auth(auth: Any) -> Any:
+    if auth is None:
+        return None
+    import httpx2
+
+    if not isinstance(auth, httpx2.Auth):
+        raise TypeError(f"MCPServer.http(auth=...): expected an httpx2.Auth (e.g. the SDK's OAuthClientProvider), "
+                        f"got {type(auth).__name__}; for a fixed token use headers={{'Authorization': 'Bearer …'}}.")
+    return auth
 
 
 def _check_prefix(prefix: Any) -> Optional[str]:

@@ -1,0 +1,104 @@
+"""OAuth 2.1 for remote MCP servers (issue 37 item 5): we0nb.mcp.oauth against a real SDK server
+that is its own authorization server (tests/mcp_servers/oauth_app.py, a process on 127.0.0.1).
+The "browser" is a function that follows the authorization URL's redirects, as a person's would."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from mcpkit import free_port, wait_until
+
+httpx2 = pytest.importorskip("httpx2")
+
+from we0nb.errors import MCPServerError  # noqa: E402
+from we0nb.mcp import MCPServer, oauth  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+APP = Path(__file__).with_name("mcp_servers") / "oauth_app.py"
+
+
+def _serve(*extra: str) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(APP), "--port", str(port), *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def listening() -> bool:
+            assert proc.poll() is None, "the OAuth test server exited"
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+        wait_until(listening, 30, "the OAuth test server")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.fixture
+def oauth_url() -> Iterator[str]:
+    yield from _serve()
+
+
+@pytest.fixture
+def denying_url() -> Iterator[str]:
+    yield from _serve("--deny")
+
+
+class Browser:
+    """Opens the sign-in page and follows its redirects to our 127.0.0.1 listener."""
+
+    def __init__(self) -> None:
+        self.opened: list[str] = []
+
+    async def __call__(self, url: str) -> None:
+        self.opened.append(url)
+        async with httpx2.AsyncClient(follow_redirects=True) as client:
+            await client.get(url)
+
+
+async def test_sign_in_once_then_the_token_file_is_reused(oauth_url: str, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.json"
+    browser = Browser()
+    server = MCPServer.http(oauth_url, auth=oauth.authorization_code(oauth_url, tokens=tokens, open_url=browser))
+    async with server:
+        client_id = (await server.call_tool("whoami", {}))["result"]
+    assert len(browser.opened) == 1 and "code_challenge=" in browser.opened[0]
+    assert stat.S_IMODE(os.stat(tokens).st_mode) == 0o600
+    assert client_id != "(anonymous)" and client_id in tokens.read_text()
+    again = Browser()  # a new session (a new kernel): the stored tokens are used, nobody signs in
+    server2 = MCPServer.http(oauth_url, auth=oauth.authorization_code(oauth_url, tokens=tokens, open_url=again))
+    async with server2:
+        assert (await server2.call_tool("whoami", {}))["result"] == client_id
+    assert again.opened == []
+
+
+async def test_a_refused_sign_in_is_one_line_naming_the_step(denying_url: str) -> None:
+    auth = oauth.authorization_code(denying_url, open_url=Browser())
+    with pytest.raises(MCPServerError, match=r"authorization failed — OAuth: the authorization server refused the "
+                                             r"sign-in \(access_denied: user denied\)\.$"):
+        await MCPServer.http(denying_url, auth=auth).connect()
+
+
+async def test_nobody_signing_in_times_out_with_a_clear_line(oauth_url: str) -> None:
+    async def nobody(url: str) -> None:
+        return None
+
+    auth = oauth.authorization_code(oauth_url, open_url=nobody, timeout=1)
+    with pytest.raises(MCPServerError, match=r"authorization failed — OAuth: nobody completed the sign-in within 1 s"):
+        await MCPServer.http(oauth_url, auth=auth).connect()
+
+
+def test_client_credentials_and_bad_token_storage() -> None:
+    auth = oauth.client_credentials("https://example.org/mcp", "worker", "secret", scope="mcp")
+    assert isinstance(auth, httpx2.Auth)
+    MCPServer.http("https://example.org/mcp", auth=auth)  # accepted as auth=
+    with pytest.raises(TypeError, match="tokens=: expected a file path"):
+        oauth.authorization_code("https://example.org/mcp", tokens=42)

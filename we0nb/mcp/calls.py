@@ -1,0 +1,66 @@
+"""One ``tools/call`` on a live connection: the idempotency key in ``_meta``, a progress token
+whose notifications reach the user's ``on_progress`` (and the call's metadata), and the
+timeout — the SDK's, or ours when it restarts at each progress notification."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+from ..tools import ToolContext, ToolError, ToolReturn
+from .adapter import IDEMPOTENCY_META_KEY, to_return
+from .client import Progress, maybe_await
+
+__all__ = ["call_once"]
+
+log = logging.getLogger("we0nb.mcp")
+
+
+async def call_once(server: Any, session: Any, name: str, arguments: dict[str, Any],
+                    context: Optional[ToolContext]) -> Any:
+    """The tool's result as a tool return value (``metadata["progress"]`` the last progress);
+    the SDK's exceptions pass through, except our own timeout, a :class:`ToolError`."""
+    import anyio
+
+    meta = {IDEMPOTENCY_META_KEY: context.idempotency_key} if context is not None else None
+    last: list[Progress] = []
+    scope: Optional[anyio.CancelScope] = None
+    timeout: Optional[float] = server.timeout
+    own_timeout: Optional[float] = timeout if server.reset_timeout_on_progress else None
+
+    async def on_progress(progress: float, total: Optional[float], message: Optional[str]) -> None:
+        event = Progress(server.name, name, context.call_id if context else None, progress, total, message)
+        last[:] = [event]
+        if scope is not None and own_timeout is not None:
+            scope.deadline = anyio.current_time() + own_timeout
+        if server.on_progress is not None:
+            try:
+                await maybe_await(server.on_progress(event))
+            except Exception as e:
+                log.warning("%s: on_progress raised %s: %s", server.label, type(e).__name__, e)
+
+    if own_timeout is not None:
+        with anyio.CancelScope(deadline=anyio.current_time() + own_timeout) as scope:
+            result = await session.call_tool(name, arguments, progress_callback=on_progress, meta=meta)
+        if scope.cancelled_caught:
+            raise ToolError(f"{server.label} did not answer the call to {name!r} within {own_timeout:g} s of its "
+                            "last progress (timeout=, reset_timeout_on_progress=True), so it was cancelled "
+                            "(notifications/cancelled sent); its outcome is unknown.",
+                            {"mcp_error": "timeout", **_progress(last)})
+    else:
+        result = await session.call_tool(name, arguments, read_timeout_seconds=timeout,
+                                         progress_callback=on_progress, meta=meta)
+    try:
+        value = to_return(result, server.label, name)
+    except ToolError as e:
+        e.metadata.update(_progress(last))
+        raise
+    if not last:
+        return value
+    if isinstance(value, ToolReturn):
+        return ToolReturn(value.output, value.attachments, {**value.metadata, **_progress(last)})
+    return ToolReturn(value, (), _progress(last))
+
+
+def _progress(last: list[Progress]) -> dict[str, Any]:
+    return {"progress": last[-1].as_metadata()} if last else {}

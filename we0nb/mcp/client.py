@@ -1,0 +1,222 @@
+"""What a we0nb client offers an MCP server besides calling its tools: progress of a call,
+answers to elicitations (a question the server asks while a tool runs), the roots (folders)
+the user lets it see, and its log messages.
+
+Each is opt-in on the server object, and the client declares a capability only when the
+user gave a way to honour it:
+
+- ``on_progress=fn(progress)``: every ``tools/call`` carries a ``progressToken``; each
+  ``notifications/progress`` reaches ``fn`` as a :class:`Progress` (sync or async), and the
+  last one is kept in the call's metadata (``metadata["progress"]``).
+  ``reset_timeout_on_progress=True`` restarts ``timeout`` at each progress notification.
+- ``elicitation=fn(request)``: declares the elicitation capability (form and URL modes);
+  ``fn`` gets an :class:`Elicitation` and returns ``request.accept(content)``,
+  ``request.decline()`` or ``request.cancel()`` (a plain dict means accept). A form answer
+  is checked against the requested schema, with its defaults applied (SEP-1034); an answer
+  that does not match is not sent: the server gets ``cancel`` and the reason is logged.
+  Without ``elicitation=`` the capability is not declared, and a server that asks anyway
+  is answered with an error at once (nothing waits for a person who is not there).
+- ``roots=[folder, ...]``: declares the roots capability; ``server.set_roots([...])``
+  changes them and sends ``notifications/roots/list_changed``.
+- A server's ``notifications/message`` goes to the Python logger ``we0nb.mcp.server``
+  (its level mapped to Python's; the server's own logger name in ``extra``).
+- Sampling is not offered (being deprecated by MCP): a request for it is refused at once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+__all__ = ["Progress", "Elicitation", "ElicitAnswer", "ClientFeatures", "check_roots", "maybe_await", "LEVELS"]
+
+log = logging.getLogger("we0nb.mcp")
+server_log = logging.getLogger("we0nb.mcp.server")
+
+#: MCP's syslog levels as Python logging levels
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO, "warning": logging.WARNING,
+          "error": logging.ERROR, "critical": logging.CRITICAL, "alert": logging.CRITICAL,
+          "emergency": logging.CRITICAL}
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One ``notifications/progress`` of a running call. ``fraction`` is ``progress / total``
+    when the server gave a total (else None)."""
+
+    server: str
+    tool: str
+    call_id: Optional[str]
+    progress: float
+    total: Optional[float] = None
+    message: Optional[str] = None
+
+    @property
+    def fraction(self) -> Optional[float]:
+        return self.progress / self.total if self.total else None
+
+    def as_metadata(self) -> dict[str, Any]:
+        return {"progress": self.progress, "total": self.total, "message": self.message}
+
+
+@dataclass(frozen=True)
+class ElicitAnswer:
+    """What goes back to the server: ``action`` is ``accept`` (with ``content`` in form mode),
+    ``decline`` or ``cancel``."""
+
+    action: str
+    content: Optional[dict[str, Any]] = None
+
+
+@dataclass(frozen=True)
+class Elicitation:
+    """A question a server asks while one of its tools runs.
+
+    ``mode`` is ``"form"`` (answer with ``content`` matching ``schema``, a flat JSON Schema
+    object whose ``defaults`` are filled in for you) or ``"url"`` (the user should open
+    ``url``; accepting means they agreed to go there).
+    """
+
+    server: str
+    message: str
+    mode: str = "form"
+    schema: Mapping[str, Any] = field(default_factory=dict)
+    url: Optional[str] = None
+    elicitation_id: Optional[str] = None
+
+    def accept(self, content: Optional[Mapping[str, Any]] = None) -> ElicitAnswer:
+        return ElicitAnswer("accept", dict(content) if content is not None else None)
+
+    def decline(self) -> ElicitAnswer:
+        return ElicitAnswer("decline")
+
+    def cancel(self) -> ElicitAnswer:
+        return ElicitAnswer("cancel")
+
+    def defaults(self) -> dict[str, Any]:
+        """The schema's default values, by property (what a form shows before the user types)."""
+        props = self.schema.get("properties") or {}
+        return {k: p["default"] for k, p in props.items() if isinstance(p, Mapping) and "default" in p}
+
+    def check(self, content: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+        """``content`` with the defaults applied, once it matches the schema (else ValueError why)."""
+        filled = {**self.defaults(), **dict(content or {})}
+        if self.mode != "form":
+            return filled
+        from jsonschema import validators
+        from jsonschema.exceptions import SchemaError, best_match
+
+        schema = dict(self.schema)
+        cls = validators.validator_for(schema)
+        try:
+            cls.check_schema(schema)
+        except SchemaError as e:
+            raise ValueError(f"the server's requested schema is not valid JSON Schema ({e.message})") from None
+        err = best_match(cls(schema).iter_errors(filled))
+        if err is not None:
+            where = "/".join(str(p) for p in err.absolute_path)
+            raise ValueError(f"the answer does not match the requested schema{' at ' + repr(where) if where else ''}: "
+                             f"{err.message}")
+        return filled
+
+
+ElicitationHandler = Callable[[Elicitation], Any]
+ProgressHandler = Callable[[Progress], Any]
+
+
+def check_roots(roots: Any) -> tuple[tuple[str, Optional[str]], ...]:
+    """``roots=``: folders (paths) or ``file://`` URIs, as ``(uri, name)`` pairs."""
+    if roots is None:
+        return ()
+    if isinstance(roots, (str, os.PathLike)) or not isinstance(roots, Sequence):
+        raise TypeError("MCPServer(roots=...): expected a list of folders (paths or file:// URIs), e.g. ['data/'].")
+    out = []
+    for r in roots:
+        if isinstance(r, str) and r.startswith("file://"):
+            out.append((r, r.rstrip("/").rsplit("/", 1)[-1] or None))
+        elif isinstance(r, (str, os.PathLike)):
+            p = Path(r).expanduser().resolve()
+            out.append((p.as_uri(), p.name or None))
+        else:
+            raise TypeError(f"MCPServer(roots=...): {r!r} is not a folder (a path or a file:// URI).")
+    return tuple(out)
+
+
+async def maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+class ClientFeatures:
+    """The callbacks a connection's ``ClientSession`` gets (built from the server's options)."""
+
+    def __init__(self, label: str, *, elicitation: Optional[ElicitationHandler] = None,
+                 roots: Sequence[tuple[str, Optional[str]]] = (), roots_enabled: bool = False) -> None:
+        if elicitation is not None and not callable(elicitation):
+            raise TypeError("MCPServer(elicitation=...): expected a function fn(request) returning "
+                            "request.accept(content), request.decline() or request.cancel().")
+        self.label = label
+        self.elicitation = elicitation
+        self.roots = tuple(roots)
+        self.roots_enabled = roots_enabled or bool(roots)
+
+    def session_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``mcp.ClientSession``: only the capabilities we honour."""
+        kw: dict[str, Any] = {"logging_callback": self._on_log}
+        if self.elicitation is not None:
+            kw["elicitation_callback"] = self._on_elicit
+        if self.roots_enabled:
+            kw["list_roots_callback"] = self._on_list_roots
+        return kw
+
+    async def _on_log(self, params: Any) -> None:
+        level = LEVELS.get(str(params.level), logging.INFO)
+        data = params.data
+        text = data if isinstance(data, str) else repr(data)
+        server_log.log(level, "%s%s: %s", self.label, f" [{params.logger}]" if params.logger else "", text[:2000],
+                       extra={"mcp_server": self.label, "mcp_logger": params.logger})
+
+    async def _on_list_roots(self, context: Any) -> Any:
+        import mcp_types
+
+        return mcp_types.ListRootsResult(roots=[mcp_types.Root.model_validate({"uri": u, "name": n})
+                                                for u, n in self.roots])
+
+    async def _on_elicit(self, context: Any, params: Any) -> Any:
+        import mcp_types
+
+        mode = getattr(params, "mode", "form") or "form"
+        schema = getattr(params, "requested_schema", None)
+        request = Elicitation(server=self.label, message=params.message, mode=mode,
+                              schema=schema if isinstance(schema, Mapping) else {},
+                              url=getattr(params, "url", None), elicitation_id=getattr(params, "elicitation_id", None))
+        handler = self.elicitation
+        assert handler is not None
+        try:
+            answer = await maybe_await(handler(request))
+        except Exception as e:
+            log.warning("%s: the elicitation handler raised %s: %s; the server is told 'cancel'",
+                        self.label, type(e).__name__, e)
+            return mcp_types.ElicitResult(action="cancel")
+        if isinstance(answer, Mapping):
+            answer = request.accept(answer)
+        if not isinstance(answer, ElicitAnswer) or answer.action not in ("accept", "decline", "cancel"):
+            log.warning("%s: the elicitation handler returned %s, not request.accept(...), .decline() or .cancel(); "
+                        "the server is told 'cancel'", self.label, type(answer).__name__)
+            return mcp_types.ElicitResult(action="cancel")
+        if answer.action in ("decline", "cancel"):
+            return mcp_types.ElicitResult.model_validate({"action": answer.action})
+        if mode != "form":
+            return mcp_types.ElicitResult(action="accept")
+        try:
+            content = request.check(answer.content)
+        except ValueError as e:
+            log.warning("%s: elicitation answer refused, %s; the server is told 'cancel'", self.label, e)
+            return mcp_types.ElicitResult(action="cancel")
+        return mcp_types.ElicitResult(action="accept", content=content)
+
+
+
