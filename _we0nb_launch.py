@@ -1,0 +1,46 @@
+"""The ``we0nb`` console script: Ctrl-C is one plain line from the first instant.
+
+Importing the command (``we0nb.cli``, which imports ``we0nb``: pydantic, the engine) takes
+most of a second; a Ctrl-C during those imports used to print Python's traceback of
+whatever was loading (once a pydantic-core ``PanicException``). This module lives outside the
+``we0nb`` package, so that importing it loads nothing of ours: it installs its SIGINT
+handler first, and a Ctrl-C until the command is loaded ends the process at once with the
+command's own line and exit code 130. Then the command's handling takes over (it aborts a
+run where it is, see ``we0nb.cli._common.CtrlC``).
+"""
+
+import os
+import signal
+import sys
+
+__all__ = ["main"]
+
+EXIT_INTERRUPTED = 130  # as we0nb.cli._common.EXIT_INTERRUPTED (not imported: that is the heavy part)
+_LINE = b"we0nb: interrupted (Ctrl-C).\n"
+
+
+def _interrupted_while_loading(signum, frame):  # noqa: ANN001 (a signal handler's signature)
+    """Nothing has started yet: say so and leave at once (no unwinding through half-done imports)."""
+    try:
+        os.write(2, _LINE)
+    finally:
+        os._exit(EXIT_INTERRUPTED)
+
+
+def main() -> int:
+    """Install the early Ctrl-C handling, then load and run the command."""
+    signal.signal(signal.SIGINT, _interrupted_while_loading)
+    from we0nb.cli import main as command
+
+    # Python's own handler again: the command catches KeyboardInterrupt where it can be
+    # pressed, and a running command replaces it with its own (asyncio's, then CtrlC's)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return command()
+    except KeyboardInterrupt:  # pressed between the command's own handlers: the same line
+        os.write(2, _LINE)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
