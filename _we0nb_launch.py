@@ -3,8 +3,8 @@
 Importing the command (``we0nb.cli``, which imports ``we0nb``: pydantic, the engine) takes
 most of a second; a Ctrl-C during those imports used to print Python's traceback of
 whatever was loading (once a pydantic-core ``PanicException``). This module lives outside the
-``we0nb`` package, so that importing it loads nothing of ours: it installs its SIGINT
-handler first, and a Ctrl-C until the command is loaded ends the process at once with the
+``we0nb`` package, so that importing it loads nothing of ours: importing it installs its
+SIGINT handler, and a Ctrl-C until the command is loaded ends the process at once with the
 command's own line and exit code 130. Then the command's handling takes over (it aborts a
 run where it is, see ``we0nb.cli._common.CtrlC``).
 """
@@ -27,9 +27,21 @@ def _interrupted_while_loading(signum, frame):  # noqa: ANN001 (a signal handler
         os._exit(EXIT_INTERRUPTED)
 
 
+def _install() -> None:
+    try:
+        signal.signal(signal.SIGINT, _interrupted_while_loading)
+    except ValueError:  # (imported off the main thread: not as the console script)
+        pass
+
+
+# at import, not in main(): the console script pip writes runs a line of its own (``re.sub``
+# on argv[0], a regex compile) between importing this module and calling main()
+_install()
+
+
 def main() -> int:
-    """Install the early Ctrl-C handling, then load and run the command."""
-    signal.signal(signal.SIGINT, _interrupted_while_loading)
+    """Load and run the command (the early Ctrl-C handling is in place since the import)."""
+    _install()
     from we0nb.cli import main as command
 
     # Python's own handler again: the command catches KeyboardInterrupt where it can be
