@@ -135,7 +135,8 @@ def test_clear_one_line_errors(tmp_path) -> None:
                                                         "bad.parquet", "--name", "e", "--db", db))
 
 
-def test_sigterm_gives_back_what_the_worker_holds_and_work_finishes_it(tmp_path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_gives_back_what_the_worker_holds_and_work_finishes_it(tmp_path, sig) -> None:
     prompts = write_inputs(tmp_path, 16)
     db = f"sqlite:///{tmp_path / 's.db'}"
     ledger = Ledger(tmp_path / "ledger.jsonl")
@@ -147,10 +148,11 @@ def test_sigterm_gives_back_what_the_worker_holds_and_work_finishes_it(tmp_path)
     while not ledger.lines():  # inside an item's tool call
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.01)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143, (out, err)
-    assert "Traceback" not in err and "stopped by SIGTERM: nothing held" in err
+    assert proc.returncode == (143 if sig == signal.SIGTERM else 130), (out, err)
+    said = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C"
+    assert "Traceback" not in err and f"stopped by {said}: nothing held" in err
     items = asyncio.run(_items(db, "s"))
     assert not [it for it in items if it.status == "running"], "a stopped worker left items held"
     assert any(it.status == "pending" for it in items)
