@@ -9,8 +9,8 @@ command's own line and exit code 130. Then the command's handling takes over (it
 run where it is, see ``we0nb.cli._common.CtrlC``).
 """
 
+import _signal  # the C module: ``signal`` imports enum, tens of milliseconds before the handler is in place
 import os
-import signal
 import sys
 
 __all__ = ["main"]
@@ -29,7 +29,7 @@ def _interrupted_while_loading(signum, frame):  # noqa: ANN001 (a signal handler
 
 def _install() -> None:
     try:
-        signal.signal(signal.SIGINT, _interrupted_while_loading)
+        _signal.signal(_signal.SIGINT, _interrupted_while_loading)
     except ValueError:  # (imported off the main thread: not as the console script)
         pass
 
@@ -46,7 +46,7 @@ def main() -> int:
 
     # Python's own handler again: the command catches KeyboardInterrupt where it can be
     # pressed, and a running command replaces it with its own (asyncio's, then CtrlC's)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     try:
         return command()
     except KeyboardInterrupt:  # pressed between the command's own handlers: the same line

@@ -82,7 +82,7 @@ def test_the_console_script_is_the_launcher() -> None:
     assert meta["project"]["scripts"]["we0nb"] == "_we0nb_launch:main"
     assert "_we0nb_launch" in meta["tool"]["setuptools"]["py-modules"]
     # the launcher imports nothing heavy before its handler is in place
-    probe = ("import sys, signal; before = set(sys.modules); import _we0nb_launch; "
+    probe = ("import sys; before = set(sys.modules); import _we0nb_launch; "
              "print(sorted(m for m in set(sys.modules) - before if not m.startswith('_we0nb')))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
