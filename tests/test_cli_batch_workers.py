@@ -33,8 +33,13 @@ from we0nb import MemoryPersistence
 
 def agent():
     # a function returning the agent; its store is replaced by the worker's --db
-    return make_agent(MemoryPersistence(), Ledger(os.environ["LEDGER"]),
+    failing = os.environ.get("FAIL", "").split(",")
+    return make_agent(MemoryPersistence(), Ledger(os.environ["LEDGER"]), fail=lambda p: p in failing,
                       delay=float(os.environ.get("DELAY", "0.01")), tool_delay=float(os.environ.get("TOOL_DELAY", "0.02")))
+
+
+async def async_agent():
+    return agent()
 
 
 the_agent = agent()
@@ -97,10 +102,24 @@ def test_prompts_from_a_table_and_its_column(tmp_path, suffix) -> None:
     path = tmp_path / f"q{suffix}"
     df.to_csv(path, index=False) if suffix == ".csv" else df.to_parquet(path)
     db = f"sqlite:///{tmp_path / 't.db'}"
-    p = cli(tmp_path, "batch", "run", "workagent:agent", "--prompts", str(path), "--column", "question",
+    p = cli(tmp_path, "batch", "run", "workagent:async_agent", "--prompts", str(path), "--column", "question",
             "--name", "t", "--db", db, "--no-progress")
     assert p.returncode == 0 and "complete, 3 items" in p.stdout, p.stderr
     assert sorted({x["prompt"] for x in Ledger(tmp_path / "ledger.jsonl").lines()}) == ["a?", "b?", "c?"]
+
+
+def test_exit_0_only_once_the_batch_is_complete_failed_items_included(tmp_path) -> None:
+    prompts = write_inputs(tmp_path, 4)
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    args = ("batch", "run", "workagent:agent", "--prompts", str(prompts), "--name", "f", "--db", db, "--no-progress",
+            "--concurrency", "1")
+    stopped = cli(tmp_path, *args, "--max-failures", "1", FAIL="p0")
+    line = one_line(stopped)  # exit 1: items are left
+    assert "batch f: --max-failures reached" in line and "we0nb batch work workagent:agent f" in line
+    assert "unfinished" in stopped.stdout
+    done = cli(tmp_path, *args, FAIL="p0")  # the same worker without the limit: every item ends
+    assert done.returncode == 0, done.stderr
+    assert "batch f: complete, 4 items (failed=1, stop=3)" in done.stdout
 
 
 def test_clear_one_line_errors(tmp_path) -> None:
