@@ -19,7 +19,7 @@ EXIT_INTERRUPTED = 130  # as we0nb.cli._common.EXIT_INTERRUPTED (not imported: t
 _LINE = b"we0nb: interrupted (Ctrl-C).\n"
 
 
-def _interrupted_while_loading(signum, frame):  # noqa: ANN001 (a signal handler's signature)
+def _interrupted_while_loading(signum: int, frame: object) -> None:
     """Nothing has started yet: say so and leave at once (no unwinding through half-done imports)."""
     try:
         os.write(2, _LINE)

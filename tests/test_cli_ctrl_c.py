@@ -15,11 +15,10 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
-
-import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the console script pip generates for ``we0nb = "_we0nb_launch:main"``
