@@ -7,10 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("ipykernel", "ipywidgets", "IPython", "pandas", "numpy", "matplotlib", "pyarrow", "sqlalchemy",
@@ -41,3 +38,15 @@ def test_license_is_an_spdx_expression_with_its_file():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert meta["license"] == "MIT" and meta["license-files"] == ["LICENSE"]
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
+def test_the_declared_pythons_are_the_tested_ones():
+    """requires-python is what CI runs: the lowest (3.11, the default python) and the highest (3.13)."""
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["requires-python"] == ">=3.11"
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python3.13" in ci and '"$VENV313/bin/python" -m pytest -n 2 --dist loadfile' in ci
+    # the README's test command stays the last step, verbatim
+    readme = (ROOT / "README.md").read_text()
+    command = 'pip install -e ".[test]" && python -m pytest -n 2 --dist loadfile'
+    assert command in readme and ci.rstrip().splitlines()[-1] == command

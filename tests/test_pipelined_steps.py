@@ -97,7 +97,14 @@ async def _events(agent: We0Agent, sid: str, *, pipelined: bool, mode: str = "pr
     request = agent.build_request(session_id=sid, mode=mode, abort=abort,
                                   messages=[user_message(prompt or f"go {sid}")] if mode == "prompt" else None)
     run = Run(agent, request, structured=False, options=RunOptions(pipelined=pipelined))
-    return [ev async for ev in run.events()]
+    try:
+        return [ev async for ev in run.events()]
+    finally:
+        # a pipelined run releases its lease in a task of its own; the batch waits for it before
+        # the session is used again, and so does this helper (from Python 3.12 on, wait_for runs
+        # its coroutine in the caller's task: no turn of the loop would let the release land first)
+        if run.released is not None:
+            await asyncio.wait([run.released])
 
 
 def _shape(tr: Any) -> list[tuple[Any, ...]]:

@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable, Generic, Literal, Mapping, Optional
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from ._json import deep_message, too_deep
 from ._text import clean
 
 __all__ = ["ToolDefinition", "AnyToolDefinition", "ToolPolicy", "tool", "ToolInputError", "ToolOutputError",
@@ -265,8 +266,12 @@ def parse_arguments(tool_name: str, data: Any) -> dict[str, Any]:
             data = json.loads(data) if data.strip() else {}
         except json.JSONDecodeError as e:
             raise ToolInputError(f"Arguments for tool {tool_name!r} are not valid JSON: {e}") from None
+        except RecursionError:
+            raise ToolInputError(deep_message(tool_name)) from None
     if not isinstance(data, dict):
         raise ToolInputError(f"Arguments for tool {tool_name!r} must be a JSON object, got {type(data).__name__}.")
+    if too_deep(data):
+        raise ToolInputError(deep_message(tool_name))
     return data
 
 

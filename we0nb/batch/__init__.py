@@ -25,7 +25,7 @@ from .prompts import batch_items, new_batch_name
 from .result import BatchResult
 from .runner import Worker
 
-__all__ = ["run_batch", "BatchResult"]
+__all__ = ["run_batch", "work_batch", "BatchResult"]
 
 
 async def run_batch(agent: Any, prompts: Any, *, name: Optional[str] = None, concurrency: int = 8,
@@ -39,13 +39,39 @@ async def run_batch(agent: Any, prompts: Any, *, name: Optional[str] = None, con
     store = batch_queue(agent.persistence)
     await store.open_batch(name, new, session_ids_given=session_ids is not None, now=now())
     queued = await _requeue(agent, store, name, retry_failed)
-    watch = batch_observer_for(agent, name, len(new), concurrency)
+    return await _observed(agent, name, len(new), concurrency=concurrency, abort=abort, progress=progress,
+                           own_sessions=session_ids is None, max_failures=max_failures, max_cost=max_cost,
+                           queued=queued)
+
+
+async def work_batch(agent: Any, name: str, *, concurrency: int = 8, abort: Optional[asyncio.Event] = None,
+                     progress: bool = True, max_failures: Optional[int] = None, retry_failed: bool = False,
+                     max_cost: Optional[float] = None) -> BatchResult:
+    """Join the existing batch ``name`` without its prompts (a worker on another host: ``we0nb
+    batch work``): the same work as ``agent.batch(prompts, name=name)``. LookupError when the
+    agent's store has no such batch."""
+    _check(concurrency, abort, max_failures, max_cost)
+    name = check_session_id(name, "batch name")
+    store = batch_queue(agent.persistence)
+    found = await store.list_batches(name)
+    if not found:
+        known = ", ".join(repr(i.name) for i in (await store.list_batches())[:10]) or "none"
+        raise LookupError(f"no batch {name!r} in this database (batches: {known})")
+    queued = await _requeue(agent, store, name, retry_failed)
+    # own_sessions=False: whether the batch made its sessions is not stored; counting from the
+    # transcripts is right either way
+    return await _observed(agent, name, found[0].items, concurrency=concurrency, abort=abort, progress=progress,
+                           own_sessions=False, max_failures=max_failures, max_cost=max_cost,
+                           queued=queued)
+
+
+async def _observed(agent: Any, name: str, n: int, *, concurrency: int, **run: Any) -> BatchResult:
+    """:func:`_run` inside the batch's observation (its span, when tracing is on)."""
+    watch = batch_observer_for(agent, name, n, concurrency)
     if watch is not None:  # (before any task of the batch exists: they inherit what it makes current)
         watch.started()
     try:
-        result = await _run(agent, name, concurrency=concurrency, abort=abort, progress=progress,
-                            own_sessions=session_ids is None, max_failures=max_failures, max_cost=max_cost,
-                            queued=queued)
+        result = await _run(agent, name, concurrency=concurrency, **run)
     except BaseException as e:
         if watch is not None:
             watch.ended(None, e)

@@ -12,6 +12,7 @@
     we0nb approve SESSION CALL  # approve one (--input JSON: corrected arguments); deny: --reason TEXT
     we0nb batch ls              # list the batches (agent.batch) of the database; batch show NAME
     we0nb fork SESSION          # copy a session (--at MESSAGE: up to a message) into a new one
+    we0nb batch run M:A --prompts FILE --name NAME   # a batch worker (batch work M:A NAME: join one)
     we0nb lab                   # open the tutorial notebooks in JupyterLab
 
 The commands that use a database take ``--db URL`` (a SQLAlchemy URL such as

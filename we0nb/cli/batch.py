@@ -1,4 +1,5 @@
-"""``we0nb batch ls`` and ``we0nb batch show NAME``: the batches of a database, read-only.
+"""``we0nb batch ls`` and ``we0nb batch show NAME``: the batches of a database, read-only
+(the workers, ``batch run`` and ``batch work``, are :mod:`we0nb.cli.batch_work`).
 
 The database is opened as the other reading commands open it (a SQLite file ``mode=ro``,
 nothing created anywhere): a database without batches says so in one line.
@@ -15,6 +16,7 @@ from ..models.pricing import format_cost
 from ..persistence.batches import BATCH_STATUSES, BatchInfo, BatchItem, ItemCost
 from ._common import CliError, hint, say
 from ._db import _sync_engine, normalize_db, safe_url
+from .batch_work import add_work_parsers
 
 __all__ = ["add_parsers", "format_batches", "format_batch", "cmd_ls", "cmd_show"]
 
@@ -119,11 +121,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any, db: argparse.ArgumentParser, common: argparse.ArgumentParser) -> dict[str, Any]:
-    b = sub.add_parser("batch", parents=[common], help="list the batches of a database, or show one",
+    b = sub.add_parser("batch", parents=[common], help="run batch workers, list the batches, or show one",
                        description="The batches agent.batch(...) persisted: `we0nb batch ls` lists them, "
-                                   "`we0nb batch show NAME` prints one's counts by status and its failures. "
-                                   "Reads only: nothing is created.")
-    bsub = b.add_subparsers(dest="batch_command", metavar="ls|show")
+                                   "`we0nb batch show NAME` prints one's counts by status and its failures "
+                                   "(these two only read). `we0nb batch run` and `we0nb batch work` are workers: "
+                                   "as many as you like, on any hosts sharing the database.")
+    bsub = b.add_subparsers(dest="batch_command", metavar="ls|show|run|work")
     ls = bsub.add_parser("ls", parents=[db, common], help="list the batches: items by status",
                          description="List every batch: items by status, unfinished items, last activity.")
     ls.set_defaults(run=cmd_ls)
@@ -131,5 +134,6 @@ def add_parsers(sub: Any, db: argparse.ArgumentParser, common: argparse.Argument
                            description="Print batch NAME: counts by status, run times, tokens, cost, failures.")
     show.add_argument("name", metavar="NAME", help="batch name (see `we0nb batch ls`)")
     show.set_defaults(run=cmd_show)
+    add_work_parsers(bsub, common)
     b.set_defaults(run=lambda args: b.print_help() or 2)
     return {"batch": b}

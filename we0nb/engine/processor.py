@@ -25,6 +25,7 @@ import logging
 from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
 from .._ids import call_key, now
+from .._json import clip_depth, too_deep
 from .._text import SurrogateJoiner, clean, clean_json
 from ..errors import ModelError, PersistenceError
 from ..messages import (
@@ -53,15 +54,20 @@ log = logging.getLogger("we0nb.engine")
 
 def tool_input(raw: Any) -> tuple[dict[str, Any], Optional[str]]:
     """A call's arguments as ``(input, raw)``: a dict (JSON text parsed once), or ``({}, text)``
-    when they are not a JSON object (the executor then reports a tool-input error)."""
+    when they are not a JSON object or nest too deeply (the executor then reports a tool-input
+    error; a too-deep object is kept as its JSON cut below the limit, see :mod:`we0nb._json`)."""
     if isinstance(raw, dict):
+        if too_deep(raw):
+            return {}, json.dumps(clip_depth(raw), ensure_ascii=False, default=str)
         return clean_json(raw), None
     text = clean(str(raw))
     try:
         value = json.loads(text) if text.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
         return {}, text
-    return (clean_json(value), None) if isinstance(value, dict) else ({}, text)
+    if not isinstance(value, dict) or too_deep(value):
+        return {}, text
+    return clean_json(value), None
 
 
 async def close_stream(stream: Any) -> None:

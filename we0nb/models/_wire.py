@@ -39,6 +39,6 @@ def tool_input(raw: str, empty: Optional[dict[str, Any]] = None) -> Union[dict[s
         # strict=False: a raw newline or tab inside a string (small models write them,
         # llama.cpp's JSON grammar lets them through) is taken as that character
         value = json.loads(raw, strict=False)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past Python's stack (the engine says so)
         return raw
     return value if isinstance(value, dict) else raw

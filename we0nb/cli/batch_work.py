@@ -1,0 +1,188 @@
+"""``we0nb batch run`` and ``we0nb batch work``: a batch worker on any host.
+
+``batch run MODULE:ATTR --prompts FILE --name NAME --db URL`` creates the batch (or continues
+it: the same prompts under the same name) and works on it; ``batch work MODULE:ATTR NAME --db
+URL`` joins one that exists. Workers share a batch through the database (PostgreSQL for many
+hosts), exactly as ``agent.batch(prompts, name=...)`` in several processes does. Each shows
+the notebook's progress as a text bar and returns once every item has ended.
+
+Ctrl-C or SIGTERM (a scheduler stopping the worker) stops it cleanly: its running items are
+cut where they are and queued again, what it had claimed is given back, and the other workers
+(or the next one started) take them; a second signal cancels at once. Exit codes: 0 the batch
+is complete, 1 it is not (``--max-failures`` reached, or an error), 130 Ctrl-C, 143 SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import os
+import signal
+import sys
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Optional
+
+from ._common import EXIT_INTERRUPTED, CliError, CtrlC, hint, say
+from ._db import normalize_db, open_store, safe_url
+from ._target import load_agent, read_prompts
+
+__all__ = ["add_work_parsers", "cmd_run", "cmd_work", "EXIT_TERMINATED"]
+
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143, as a shell reports a process SIGTERM ended
+
+
+class Stopper:
+    """SIGINT and SIGTERM for a worker: the first stops the batch (``stop``), a second cancels it."""
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self.stop = stop
+        self.signal: Optional[int] = None
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._installed: list[int] = []
+
+    def install(self) -> "Stopper":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._loop.add_signal_handler(sig, self._on_signal, sig)
+                self._installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
+                pass
+        return self
+
+    def uninstall(self) -> None:
+        if signal.SIGTERM in self._installed:
+            self._loop.remove_signal_handler(signal.SIGTERM)  # (SIGINT: the command's CtrlC removes it)
+
+    def _on_signal(self, sig: int) -> None:
+        if self.signal is None:
+            self.signal = sig
+            self.stop.set()
+            name = "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
+            sys.stderr.write(f"\n{name}: stopping; the items this worker holds go back to the batch "
+                             "(another signal cancels at once)\n")
+            sys.stderr.flush()
+        elif self._task is not None:
+            self._task.cancel()
+
+
+def _store_url(args: argparse.Namespace) -> Optional[str]:
+    db = args.db if args.db is not None else os.environ.get("WE0NB_DB")
+    if db is None:
+        return None
+    url = normalize_db(db)
+    if url == "memory":
+        raise CliError("--db memory: a batch in memory is not shared and not kept; pass a database URL "
+                       "(postgresql://… for workers on several hosts, or sqlite:///file.db).")
+    return url
+
+
+@asynccontextmanager
+async def _on_database(agent: Any, args: argparse.Namespace) -> AsyncIterator[tuple[Any, str]]:
+    """The agent working on ``--db`` (a copy of it on that store), and the URL for messages."""
+    from ..persistence import MemoryPersistence
+
+    url = _store_url(args)
+    if url is None:
+        if isinstance(agent.persistence, MemoryPersistence):
+            raise CliError(f"{args.agent} keeps its sessions in memory: pass --db URL (or set $WE0NB_DB), "
+                           "the database the batch's workers share.")
+        yield agent, getattr(agent.persistence, "url", "the agent's database")
+        return
+    store = open_store(url, read_only=False)
+    worker = copy.copy(agent)
+    worker.persistence = store
+    try:
+        yield worker, url
+    finally:
+        await store.close()
+
+
+async def _work(agent: Any, args: argparse.Namespace, ctrl: CtrlC, url: str,
+                prompts: Optional[list[str]]) -> int:
+    from ..batch import work_batch
+    from ..persistence.batches import batch_queue
+
+    stop = asyncio.Event()
+    stopper = Stopper(stop).install()  # (replaces the command's Ctrl-C: a stop gives back, not an abort)
+    options = dict(concurrency=args.concurrency, abort=stop, progress=not args.no_progress,
+                   max_failures=args.max_failures)
+    try:
+        if prompts is not None:
+            result = await agent.batch(prompts, name=args.name, **options)
+        else:
+            result = await work_batch(agent, args.name, **options)
+    finally:
+        stopper.uninstall()
+    (info,) = await batch_queue(agent.persistence).list_batches(args.name)
+    counts = ", ".join(f"{k}={v}" for k, v in sorted(info.counts.items()))
+    again = hint("we0nb", "batch", "work", args.agent, args.name, "--db", url)
+    if info.unfinished == 0:
+        say(f"batch {args.name}: complete, {info.items} items ({counts}); "
+            f"`{hint('we0nb', 'batch', 'show', args.name, '--db', url)}` shows it")
+        return 0
+    say(f"batch {args.name}: {info.unfinished} of {info.items} items unfinished ({counts})")
+    if stopper.signal is not None:
+        print(f"we0nb batch: stopped by {'Ctrl-C' if stopper.signal == signal.SIGINT else 'SIGTERM'}: "
+              f"nothing held; `{again}` continues it.", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED if stopper.signal == signal.SIGINT else EXIT_TERMINATED
+    why = "--max-failures reached" if result.stopped == "max_failures" else f"stopped ({result.stopped})"
+    raise CliError(f"batch {args.name}: {why}; `{hint('we0nb', 'batch', 'show', args.name, '--db', url)}` "
+                   f"lists the failures, `{again}` goes on.")
+
+
+async def cmd_run(args: argparse.Namespace, ctrl: CtrlC) -> int:
+    prompts = read_prompts(args.prompts, args.column)  # (a bad file says so before the agent loads)
+    async with _on_database(await load_agent(args.agent), args) as (agent, url):
+        return await _work(agent, args, ctrl, safe_url(url), prompts)
+
+
+async def cmd_work(args: argparse.Namespace, ctrl: CtrlC) -> int:
+    async with _on_database(await load_agent(args.agent), args) as (agent, url):
+        try:
+            return await _work(agent, args, ctrl, safe_url(url), None)
+        except LookupError as e:
+            where = str(e).replace("this database", safe_url(url))
+            raise CliError(f"{where}; create it first with `{hint('we0nb', 'batch', 'run', args.agent, '--prompts', 'FILE', '--name', args.name, '--db', safe_url(url))}`.") from None
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return n
+
+
+def _worker_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("agent", metavar="MODULE:ATTR",
+                   help="the agent: a We0Agent, or a function returning one, in a module importable from here "
+                        "(e.g. myproject.agents:agent)")
+    p.add_argument("--db", default=None,
+                   help="the database the workers share (postgresql://… across hosts; sqlite:///file.db on one); "
+                        "default $WE0NB_DB, else the agent's own")
+    p.add_argument("--concurrency", type=_positive, default=8, metavar="N", help="items at a time (default 8)")
+    p.add_argument("--max-failures", type=_positive, default=None, metavar="N",
+                   help="stop this worker after N failed items")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for logs)")
+
+
+def add_work_parsers(bsub: Any, common: argparse.ArgumentParser) -> None:
+    """``batch run`` and ``batch work`` under ``we0nb batch``."""
+    run = bsub.add_parser("run", parents=[common], help="create (or continue) a batch from a file and work on it",
+                          description="Create batch NAME from the prompts of FILE (or continue it) and work on it "
+                                      "until every item has ended. Run it on several hosts with the same "
+                                      "arguments, or start more workers with `we0nb batch work`.")
+    _worker_options(run)
+    run.add_argument("--prompts", required=True, metavar="FILE", help="a .jsonl, .csv or .parquet file")
+    run.add_argument("--column", default=None, help="the column of the prompts (default: the only one, or 'prompt')")
+    run.add_argument("--name", required=True, help="the batch's name (the same on every worker)")
+    run.set_defaults(run=cmd_run)
+    work = bsub.add_parser("work", parents=[common], help="join an existing batch as one more worker",
+                           description="Work on the existing batch NAME until every item has ended.")
+    _worker_options(work)
+    work.add_argument("name", metavar="NAME", help="the batch (see `we0nb batch ls`)")
+    work.set_defaults(run=cmd_work)
