@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from ..engine import We0Agent
 from ..messages import ToolPart, Transcript
@@ -38,14 +38,14 @@ class AbortPlan:
             return f"the demo will abort it right after event {self.at_event}"
         return f"the demo will abort it {self.after:g} s after the tea order starts"
 
-    def __call__(self, ev: dict[str, Any], n: int, abort: asyncio.Event) -> None:
+    def __call__(self, ev: Mapping[str, Any], n: int, abort: asyncio.Event) -> None:
         if self.at_event is not None:
             if n == self.at_event and not abort.is_set():
                 abort.set()
                 self.fired = f"the demo set the abort event right after event {n} ({ev['type']})"
             return
         part = ev.get("part")
-        if (ev["type"] == "tool" and (part.tool, part.state.input) == ANCHOR and part.state.status == "running"
+        if (ev["type"] == "tool" and part is not None and (part.tool, part.state.input) == ANCHOR and part.state.status == "running"
                 and self._timer is None):
             self._timer = asyncio.get_running_loop().call_later(self.after, self._fire, abort)
 

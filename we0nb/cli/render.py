@@ -10,7 +10,7 @@ import datetime as _dt
 import json
 import sys
 import textwrap
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..messages import (UNFINISHED_REASON, AssistantMessage, MessageWithParts, ReasoningPart, TextPart, ToolPart,
                         Transcript)
@@ -78,7 +78,7 @@ def outcome(part: ToolPart, message: MessageWithParts) -> str:
 
 
 def tool_rows(tr: Transcript) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for m in tr.messages:
         for p in m.tool_parts:
             st = p.state
@@ -206,7 +206,7 @@ class LivePrinter:
         self._col += len(text)
         sys.stdout.flush()
 
-    def __call__(self, ev: dict[str, Any]) -> None:
+    def __call__(self, ev: Mapping[str, Any]) -> None:
         self.events += 1
         kind = ev["type"]
         if kind in ("text-delta", "reasoning-delta"):
@@ -234,7 +234,7 @@ class LivePrinter:
         elif kind == "finish":
             self._line(f"[finish] result={ev['result'].result!r}")
 
-    def _recovery(self, ev: dict[str, Any]) -> None:
+    def _recovery(self, ev: Mapping[str, Any]) -> None:
         if ev["action"] == "close":
             self._line(f"  recovery close     the unfinished assistant message (error {UNFINISHED_REASON})")
             return

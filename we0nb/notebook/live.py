@@ -284,7 +284,7 @@ class LiveView:
                 self.recovery_log.append("closed the unfinished assistant message")
             else:
                 part = ev["part"]
-                self.recovery[part.id] = action
+                self.recovery[part.id] = str(action)
                 self._upsert_part(part)
                 self.recovery_log.append(f"{action} {part.tool}")
         elif typ == "step-start":

@@ -173,16 +173,16 @@ class GroupCommit:
         answer is lost now, has its outcome read back instead (:func:`~.pg_retry.resolve`); any
         other entry whose answer is lost now is sent once more (a commit's upserts under its lease,
         a renewal, a read: twice is once)."""
-        once = isinstance(e, _Statement) and e.stmt in pg_retry.ONCE
-        if unknown and once:
-            return await pg_retry.resolve(self.conns.fetchall_now, self.conns.execute_now, e.stmt, e.params)
+        st = e if isinstance(e, _Statement) and e.stmt in pg_retry.ONCE else None
+        if unknown and st is not None:
+            return await pg_retry.resolve(self.conns.fetchall_now, self.conns.execute_now, st.stmt, st.params)
         try:
             return await self._send_alone(e)
         except Exception as exc:
             if not pg_retry.outcome_unknown(exc):
                 raise
-            if once:
-                return await pg_retry.resolve(self.conns.fetchall_now, self.conns.execute_now, e.stmt, e.params)
+            if st is not None:
+                return await pg_retry.resolve(self.conns.fetchall_now, self.conns.execute_now, st.stmt, st.params)
             return await self._send_alone(e)  # (once more, on a new connection: twice is once for these)
 
     async def _send_alone(self, e: _Entry) -> Any:
