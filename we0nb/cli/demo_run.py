@@ -61,7 +61,7 @@ class AbortPlan:
 
 async def stream_run(agent: We0Agent, ctrl: CtrlC, *, mode: str, session_id: str, messages: Any = None,
                   plan: Optional[AbortPlan] = None,
-                  explain: Optional[Callable[[dict[str, Any]], str]] = None) -> bool:
+                  explain: Optional[Callable[[Mapping[str, Any]], str]] = None) -> bool:
     """Print one run as it goes; True when it ended, False when it was aborted."""
     abort = asyncio.Event()
     show = LivePrinter(explain=explain)
@@ -101,14 +101,14 @@ def print_store(tr: Transcript) -> None:
                           else "is over in the store: there is nothing to resume"))
 
 
-def explainer(before: Transcript, agent: We0Agent) -> Callable[[dict[str, Any]], str]:
+def explainer(before: Transcript, agent: We0Agent) -> Callable[[Mapping[str, Any]], str]:
     """Why recovery took each action, from the tool's policy and the call's state before the resume."""
     was = {p.id: p.state.status for m in before.messages for p in m.tool_parts}
     stored = {p.id: p for m in before.messages for p in m.tool_parts}
     policies = {t.name: t.policy for t in agent.tools}
     interrupted_before = False
 
-    def explain(ev: dict[str, Any]) -> str:
+    def explain(ev: Mapping[str, Any]) -> str:
         nonlocal interrupted_before
         part, action = ev["part"], ev["action"]
         status = was.get(part.id, part.state.status)

@@ -184,7 +184,7 @@ class LivePrinter:
     """
 
     def __init__(self, write: Optional[Callable[[str], Any]] = None,
-                 explain: Optional[Callable[[dict[str, Any]], str]] = None):
+                 explain: Optional[Callable[[Mapping[str, Any]], str]] = None):
         self._w = write or (lambda s: sys.stdout.write(s))  # the stdout of now, not of import time
         self._col = 0
         self._explain = explain
