@@ -192,19 +192,20 @@ def expected_values(expected: Expected, n: int) -> list[Any]:
     """``expected`` as one value per item, by position (ValueError/TypeError: one line)."""
     if expected is None:
         return [None] * n
-    if hasattr(expected, "columns"):  # a DataFrame: one column only
-        cols = list(expected.columns)
+    given: Any = expected  # pandas objects are duck-typed (no pandas import here)
+    if hasattr(given, "columns"):  # a DataFrame: one column only
+        cols = list(given.columns)
         if len(cols) != 1:
             raise TypeError(f"batch.score(expected=...): pass one column (a Series), not a DataFrame of {len(cols)} "
                             "columns, e.g. expected=df['answer'].")
-        expected = expected[cols[0]]
-    if hasattr(expected, "tolist"):
-        values = list(expected.tolist())
-    elif isinstance(expected, (str, bytes, dict)) or not isinstance(expected, Sequence):
+        given = given[cols[0]]
+    if hasattr(given, "tolist"):
+        values = list(given.tolist())
+    elif isinstance(given, (str, bytes, dict)) or not isinstance(given, Sequence):
         raise TypeError("batch.score(expected=...): expected a list, a Series or a DataFrame column with one value "
-                        f"per item, got {type(expected).__name__}.")
+                        f"per item, got {type(given).__name__}.")
     else:
-        values = list(expected)
+        values = list(given)
     if len(values) != n:
         raise ValueError(f"batch.score(expected=...): {len(values)} values were given for a batch of {n} items; pass "
                          "one value per item, in item order.")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from types import TracebackType
 from typing import Any, Callable, Optional
 
 from ..errors import MCPServerError
@@ -67,8 +68,9 @@ class _Watched:
         await self._inner.__aenter__()
         return self
 
-    async def __aexit__(self, *exc: Any) -> Any:
-        return await self._inner.__aexit__(*exc)
+    async def __aexit__(self, exc_type: Optional[type[BaseException]], exc_val: Optional[BaseException],
+                        exc_tb: Optional[TracebackType]) -> Optional[bool]:
+        return await self._inner.__aexit__(exc_type, exc_val, exc_tb)
 
 
 class Connection:
@@ -216,7 +218,8 @@ def _garbage(e: Exception) -> str:
     errors = getattr(e, "errors", None)
     if callable(errors):
         try:
-            first = errors()[0]
+            rows: Any = errors()  # (pydantic's list of error dicts; callable() narrowed it to an object)
+            first = rows[0]
             return f"{str(first.get('input'))[:120]!r} ({first.get('msg')})"
         except Exception:  # pragma: no cover - not a pydantic error after all
             pass

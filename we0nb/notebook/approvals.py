@@ -172,7 +172,9 @@ class ApprovalRow:
     # ------------------------------------------------------------------ clicks (any thread)
 
     def _values(self) -> tuple[str, str]:
-        return self.typed.get("args", self.args.value), self.typed.get("reason", self.reason.value)
+        args: str = self.args.value  # (the boxes are Any: typed here so dict.get keeps str)
+        reason: str = self.reason.value
+        return self.typed.get("args", args), self.typed.get("reason", reason)
 
     def _on_args_state(self, state: dict) -> None:
         if isinstance(state.get("value"), str):

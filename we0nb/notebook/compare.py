@@ -8,7 +8,7 @@ A step is one model call: an assistant message, numbered from 1 within its sessi
 from __future__ import annotations
 
 import html
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, cast
 
 import pandas as pd
 
@@ -32,6 +32,11 @@ def _ids(session_ids: Any) -> list[str]:
     return ids
 
 
+def _col(frame: pd.DataFrame, name: str) -> pd.Series:
+    """One column by its name (a Series; the stubs say it may be a DataFrame)."""
+    return cast(pd.Series, frame[name])
+
+
 def compare_df(source: Any, session_ids: Any) -> pd.DataFrame:
     """One row per session and step (model call): ``session_id``, ``step`` (from 1), ``text``,
     ``tool_calls`` (the called tools' names, in order), ``input_tokens``, ``output_tokens``,
@@ -50,19 +55,23 @@ def compare_df(source: Any, session_ids: Any) -> pd.DataFrame:
         gone = [s for s in missing if s not in there]
         if gone:
             raise ValueError(f"compare: session {gone[0]!r} is not in this store; pass ids from sessions_df(source).")
-    steps = msgs[msgs["role"] == "assistant"].sort_values(["session_id", "message_id"])
+    assistant = cast(pd.DataFrame, msgs[msgs["role"] == "assistant"])  # (a boolean mask selects rows: a frame)
+    steps = assistant.sort_values(["session_id", "message_id"])
     parts = parts_df(source, ids)
     parts = parts.sort_values(["message_id", "part_id"])
-    texts = parts[parts["type"] == "text"].groupby("message_id", observed=True)["text"].agg(
-        lambda s: "".join(x for x in s if isinstance(x, str)))
-    tools = parts[parts["type"] == "tool"].groupby("message_id", observed=True)["tool"].agg(lambda s: [str(x) for x in s])
+    # (one column aggregated per group is a Series; the stubs allow a DataFrame too)
+    texts = cast(pd.Series, parts[parts["type"] == "text"].groupby("message_id", observed=True)["text"].agg(
+        lambda s: "".join(x for x in s if isinstance(x, str))))
+    tools = cast(pd.Series, parts[parts["type"] == "tool"].groupby("message_id", observed=True)["tool"].agg(
+        lambda s: [str(x) for x in s]))
+    called: dict[Any, list[str]] = tools.to_dict()
     rank = {s: i for i, s in enumerate(ids)}
-    steps = steps.assign(_rank=steps["session_id"].map(rank)).sort_values(["_rank", "message_id"], kind="stable")
+    steps = steps.assign(_rank=_col(steps, "session_id").map(rank)).sort_values(["_rank", "message_id"], kind="stable")
     out = pd.DataFrame({
         "session_id": steps["session_id"].astype("string"),
         "step": steps.groupby("session_id", observed=True).cumcount().add(1).astype("int64"),
-        "text": steps["message_id"].map(texts).fillna("").astype("string"),
-        "tool_calls": [list(tools.get(m, [])) for m in steps["message_id"]],
+        "text": _col(steps, "message_id").map(texts).fillna("").astype("string"),
+        "tool_calls": [list(called.get(m, [])) for m in steps["message_id"]],
         "input_tokens": steps["input_tokens"],
         "output_tokens": steps["output_tokens"],
         "duration": steps["duration"],
@@ -84,8 +93,9 @@ class Comparison:
         self.calls = calls or {}
 
     def _cells(self) -> tuple[int, dict[tuple[str, int], Any]]:
-        cells = {(r.session_id, int(r.step)): r for r in self.df.itertuples(index=False)}
-        steps = int(self.df["step"].max()) if len(self.df) else 0
+        rows: Iterable[Any] = self.df.itertuples(index=False)  # (named tuples: one attribute per column)
+        cells = {(r.session_id, int(r.step)): r for r in rows}
+        steps = int(cast(Any, self.df["step"].max())) if len(self.df) else 0  # (a scalar: the stubs say Series too)
         return steps, cells
 
     def _key(self, r: Any) -> tuple[Any, ...]:
@@ -154,7 +164,7 @@ def compare(source: Any, session_ids: Any) -> Comparison:
     ids = _ids(session_ids)
     frame = compare_df(source, ids)
     calls: dict[str, list[str]] = {}
-    if frame["tool_calls"].map(len).any():
+    if _col(frame, "tool_calls").map(len).any():
         from .frames import tool_calls_df
 
         tc = tool_calls_df(source, ids).sort_values(["message_id", "part_id"])

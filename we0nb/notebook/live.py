@@ -74,8 +74,11 @@ class _IPyHandle:
     def __init__(self, bundle: Bundle, display_id: Union[str, bool] = True):
         from IPython.display import display
 
-        self._handle = display(bundle, raw=True, display_id=display_id)
-        self.display_id = self._handle.display_id
+        handle = display(bundle, raw=True, display_id=display_id)
+        if handle is None:  # (IPython gives none outside a running shell or with display_id=False)
+            raise RuntimeError("live view: IPython returned no display handle; show it in a Jupyter kernel.")
+        self._handle = handle
+        self.display_id = handle.display_id
 
     def update(self, bundle: Bundle) -> None:
         self._handle.update(bundle, raw=True)
@@ -83,7 +86,7 @@ class _IPyHandle:
 
 def _in_kernel() -> bool:
     try:
-        from IPython import get_ipython
+        from IPython.core.getipython import get_ipython
     except ImportError:
         return False
     ip = get_ipython()

@@ -8,7 +8,7 @@ its port. Two prompts or two models run as two batches on the same items compare
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -76,7 +76,7 @@ def experiments_df(source: Any, names: Any) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for name in names:
         items = batch_df(source, name)  # (ValueError: no such batch)
-        cost = float(items["cost"].sum(skipna=False)) if len(items) else 0.0
+        cost = float(cast(Any, items["cost"].sum(skipna=False))) if len(items) else 0.0  # (a scalar; stubs: Series too)
         duration = items["duration"].sum()
         scored = scores_frame(_scores(source, name))
         for scorer in sorted(set(scored["scorer"].astype(str))):
@@ -112,7 +112,7 @@ def plot_experiments(source: Any, names: Optional[Any] = None, *, ax: Any = None
         fig = axes[0].figure
     palette = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"]
     for a, scorer in zip(axes, scorers):
-        s = df[df["scorer"] == scorer]
+        s = cast(pd.DataFrame, df[df["scorer"] == scorer])  # (a boolean mask selects rows: a frame)
         x = np.arange(len(s))
         means = s["mean"].to_numpy(dtype="float64")
         err = np.vstack([means - s["ci_low"].to_numpy(dtype="float64"), s["ci_high"].to_numpy(dtype="float64") - means])

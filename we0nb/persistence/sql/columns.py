@@ -307,12 +307,12 @@ class SqlReader(ColumnReader):
             e: Any
             if d.extracted and careful:
                 e = sa.null()
-            elif d.extracted and self.dialect == "postgresql":
+            elif d.extracted and nul is not None and self.dialect == "postgresql":  # (not careful: nul is known)
                 e = sa.case((nul, sa.null()), else_=d.sql)  # PostgreSQL refuses to extract a NUL
             else:
                 e = d.sql
             cols.append(e.label(d.name))
-        flagged = sa.true() if careful else nul
+        flagged = sa.true() if careful or nul is None else nul  # (nul None made it careful)
         if q.applies is not None:
             flagged = sa.and_(q.applies, flagged)
         cols.append(sa.case((flagged, data), else_=sa.null()).label("data"))
@@ -379,13 +379,15 @@ class SqlReader(ColumnReader):
         for r, text in enumerate(docs):
             if text is None:
                 continue
+            doc: Optional[dict] = None  # (set only when the text is a JSON object)
             try:
-                doc = json.loads(text)
-                detail = None if isinstance(doc, dict) else f"its JSON is a {type(doc).__name__}, not an object"
+                parsed = json.loads(text)
+                doc = parsed if isinstance(parsed, dict) else None
+                detail = None if doc is not None else f"its JSON is a {type(parsed).__name__}, not an object"
             except ValueError as e:
-                doc, detail = None, f"its JSON does not parse: {e}"
+                detail = f"its JSON does not parse: {e}"
             for j, d in enumerate(q.docs):
-                if detail is None:
+                if doc is not None:
                     values[first + j][r] = d.value(doc)
                 elif d.extracted:
                     values[first + j][r] = None
