@@ -394,3 +394,15 @@ def test_the_readme_sample_is_what_the_demo_prints(tmp_path):
         assert len(lines) >= 4
         for line in lines:
             assert line in printed, line
+
+
+def test_a_file_that_is_not_a_database_is_explained_in_the_command_lines_words(tmp_path, capsys, monkeypatch):
+    """Issue 36, item 12: a CLI error names --db, not the Python API."""
+    monkeypatch.chdir(tmp_path)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("shopping: tea, coffee\n" * 200)
+    for args in (("sessions", "--db", f"sqlite:///{notes}"), ("show", "ses_x", "--db", f"sqlite:///{notes}")):
+        code, out, err = cli(capsys, *args)
+        assert code == 1, (args, out, err)
+        assert "not a we0nb database" in err and "another --db" in err, err
+        assert "SqlPersistence" not in err and "Traceback" not in err, err

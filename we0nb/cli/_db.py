@@ -96,6 +96,15 @@ def _sync_engine(url: str) -> Any:
     return create_engine(u.set(drivername="postgresql+psycopg"), poolclass=NullPool)
 
 
+def unreadable(url: str, e: BaseException) -> CliError:
+    """A database the driver cannot read, in the command line's words (one line, what to do)."""
+    first = (str(getattr(e, "orig", None) or e).strip().splitlines() or [type(e).__name__])[0]
+    if "not a database" in first or "malformed" in first:
+        return CliError(f"{safe_url(url)} is not a we0nb database or is damaged (SQLite: {first}); "
+                        "pass another --db, or restore this file from a backup.")
+    return CliError(f"cannot read the database {safe_url(url)}: {first}")
+
+
 def check_we0nb_data(url: str) -> None:
     """Refuse, in one line and without creating anything, a database without we0nb's tables."""
     from sqlalchemy import inspect
@@ -106,8 +115,7 @@ def check_we0nb_data(url: str) -> None:
         with engine.connect() as conn:
             names = set(inspect(conn).get_table_names())
     except SQLAlchemyError as e:
-        first = (str(getattr(e, "orig", None) or e).strip().splitlines() or [type(e).__name__])[0]
-        raise CliError(f"cannot read the database {safe_url(url)}: {first}") from None
+        raise unreadable(url, e) from None
     finally:
         engine.dispose()
     if not set(WE0_TABLES) <= names:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 from ..models.pricing import format_cost
 from ..persistence.batches import BATCH_STATUSES, BatchInfo, BatchItem, ItemCost
 from ._common import CliError, hint, say
-from ._db import _sync_engine, normalize_db, safe_url
+from ._db import _sync_engine, normalize_db, safe_url, unreadable
 from .batch_work import add_work_parsers
 
 __all__ = ["add_parsers", "format_batches", "format_batch", "cmd_ls", "cmd_show"]
@@ -87,8 +87,7 @@ def _read(url: str, fn: Callable[[Any], Any]) -> Any:
         with engine.connect() as conn:
             return fn(conn)
     except SQLAlchemyError as e:
-        first = (str(getattr(e, "orig", None) or e).strip().splitlines() or [type(e).__name__])[0]
-        raise CliError(f"cannot read the database {safe_url(url)}: {first}") from None
+        raise unreadable(url, e) from None
     finally:
         engine.dispose()
 

@@ -258,7 +258,7 @@ async def resume_phase(p: Persistence, agent: We0Agent, ctrl: CtrlC, session_id:
     say(f"!! Aborted by {'Ctrl-C' if ctrl.pressed else 'an abort'}: the resume run stopped where it was.")
     say("What the store holds now:")
     print_store(await p.load_transcript(session_id))
-    stopped(session_id, url, "Stopped.")
+    stopped(session_id, url, "Stopped by Ctrl-C." if ctrl.pressed else "Stopped by the abort.")
     return EXIT_INTERRUPTED
 
 

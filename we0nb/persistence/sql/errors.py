@@ -79,7 +79,7 @@ def _advice(e: BaseException, where: str) -> str:
                 "in a folder you can read and write.")
     if code in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in low or "malformed" in low:
         return (f"The database {where} is not a we0nb database or is damaged ({text}). "
-                "Point SqlPersistence at another file, or restore this one from a backup.")
+                "Use another database (another URL; on the command line, another --db), or restore this one from a backup.")
     if "nul" in low and ("0x00" in low or "character" in low):
         return (f"The database {where} cannot store a NUL character in an id ({text}). "
                 "Use ids without control characters.")

@@ -95,7 +95,7 @@ def check_version(value: Any, where: str) -> int:
         raise SchemaVersionError(
             f"The database {where} was written by a newer we0nb (schema version {v}; this version "
             f"reads schema version {S.SCHEMA_VERSION} and older). Upgrade we0nb (pip install -U we0nb) "
-            "or point SqlPersistence at another database."
+            "or use another database (another URL; on the command line, another --db)."
         )
     return v
 
