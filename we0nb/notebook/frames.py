@@ -60,6 +60,7 @@ import numpy as np
 import pandas as pd
 
 from ..messages import in_doubt_of
+from ..persistence.memory_columns import approval_columns
 from ..persistence.sql.columns import CorruptRow, SqlReader, open_reader, persistence_of
 from ..persistence.sql.tables import message_columns, part_columns
 from .frame_types import (
@@ -261,22 +262,12 @@ def _port_parts(p: Any, ids, since, until, tools_only: bool) -> dict[str, list]:
                 meta = getattr(st, "metadata", None)
                 row.update(input=_dump(st.input), output=getattr(st, "output", None),
                            error=getattr(st, "error", None), metadata=_dump(meta) if meta is not None else None)
-                row.update(_approval_columns(part))
+                row.update(approval_columns(part))
                 row.update(idempotency_key=part.idempotency_key, attempts=part.attempts, reconciled=part.reconciled,
                            in_doubt=in_doubt_of(cols["interrupted"], (meta or {}).get("in_doubt")))
             for k in names:
                 raw[k].append(row[k])
     return raw
-
-
-def _approval_columns(part: Any) -> dict[str, Any]:
-    """The approval columns of a tool call, as the SQL route reads them off its document."""
-    approval, detail = part.approval, part.approval_detail
-    if detail is None:
-        return {"approval": approval, "approval_reason": None, "approved_input": None, "decided": None}
-    reason = None if approval is None else detail.reason if approval == "denied" else detail.why
-    return {"approval": approval, "approval_reason": reason,
-            "approved_input": _dump(detail.input) if detail.input is not None else None, "decided": detail.decided}
 
 
 # --------------------------------------------------------------------------- public views

@@ -17,7 +17,7 @@ from ..messages import MessageWithParts, Part, Transcript, in_doubt_of
 from .batches import BatchInfo, BatchItem
 from .columns import MESSAGE_NAMES, PART_NAMES, SESSION_NAMES, TOOL_CALL_NAMES, ColumnReader, Convert, Fetched
 
-__all__ = ["TranscriptColumns"]
+__all__ = ["TranscriptColumns", "approval_columns"]
 
 _TEXT_TYPES = ("text", "reasoning")
 
@@ -111,7 +111,7 @@ def _part_row(sid: str, part: Part, tools_only: bool) -> dict[str, Any]:
                    interrupt_reason=cols["interrupt_reason"], recalled=cols["recalled"], input=_dump(st.input),
                    output=getattr(st, "output", None), error=getattr(st, "error", None),
                    metadata=_dump(meta) if meta is not None else None)
-        row.update(_approval(part))
+        row.update(approval_columns(part))
         # the exactly-once facts, read as ToolPart reads them (in doubt: of a call flagged interrupted)
         row.update(idempotency_key=part.idempotency_key, attempts=part.attempts,  # type: ignore[union-attr]
                    in_doubt=in_doubt_of(cols["interrupted"], (meta or {}).get("in_doubt")),
@@ -119,8 +119,9 @@ def _part_row(sid: str, part: Part, tools_only: bool) -> dict[str, Any]:
     return row
 
 
-def _approval(part: Any) -> dict[str, Any]:
-    """A tool call's approval columns, as the SQL reader reads them off its document."""
+def approval_columns(part: Any) -> dict[str, Any]:
+    """A tool call's approval columns, as the SQL reader reads them off its document (the frames'
+    port route reads them with this too)."""
     approval, detail = part.approval, part.approval_detail
     if detail is None:
         return {"approval": approval, "approval_reason": None, "approved_input": None, "decided": None}
