@@ -59,10 +59,8 @@ from typing import Any, Callable, Iterable, Optional, Union, cast
 import numpy as np
 import pandas as pd
 
-from ..messages import in_doubt_of
-from ..persistence.memory_columns import approval_columns
-from ..persistence.sql.columns import CorruptRow, SqlReader, open_reader, persistence_of
-from ..persistence.sql.tables import message_columns, part_columns
+from ..persistence.memory_columns import TranscriptColumns
+from ..persistence.sql.columns import CorruptRow, open_reader, persistence_of
 from .frame_types import (
     APPROVALS, MESSAGE_COLUMNS, PART_COLUMNS, SESSION_COLUMNS, STATUSES, TD_DTYPE, TIME_DTYPE, TOOL_CALL_COLUMNS, build, convert,
 )
@@ -132,22 +130,7 @@ def _bound(value: TimeLike, name: str) -> Optional[int]:
     raise TypeError(f"{name}: expected a datetime, an ISO string or epoch seconds, got {type(value).__name__}.")
 
 
-def _in_window(t: Optional[float], since: Optional[int], until: Optional[int]) -> bool:
-    if since is None and until is None:
-        return True
-    if t is None:
-        return False
-    us = _us(t)
-    return (since is None or us >= since) and (until is None or us < until)
-
-
-# --------------------------------------------------------------------------- the port route
-
-
-def _dump(obj: Any) -> str:
-    import pydantic_core
-
-    return pydantic_core.to_json(obj).decode()
+# --------------------------------------------------------------------------- stores without SQL
 
 
 def _load(p: Any, ids: Optional[list[str]]) -> tuple[list, dict]:
@@ -165,31 +148,12 @@ def _load(p: Any, ids: Optional[list[str]]) -> tuple[list, dict]:
     return run_sync(load)
 
 
-def _messages_in(transcripts: dict, since: Optional[int], until: Optional[int]):
-    for sid in sorted(transcripts):
-        for m in transcripts[sid].messages:
-            if _in_window(m.info.time.created, since, until):
-                yield sid, m
-
-
-def _port_sessions(p: Any, ids, since, until) -> dict[str, list]:
-    sessions, transcripts = _load(p, ids)
-    raw: dict[str, list] = {k: [] for k in ("session_id", "title", "created", "updated", "messages",
-                                            "revert_message_id", "forked_from", "forked_at", "cost")}
-    for s in sessions:
-        if not _in_window(s.time.created, since, until):
-            continue
-        messages = transcripts[s.id].messages
-        raw["session_id"].append(s.id)
-        raw["title"].append(s.title)
-        raw["created"].append(s.time.created)
-        raw["updated"].append(s.time.updated)
-        raw["messages"].append(len(messages))
-        raw["revert_message_id"].append(s.revert.message_id if s.revert is not None else None)
-        raw["forked_from"].append(s.forked_from)
-        raw["forked_at"].append(s.forked_at)
-        raw["cost"].append(_session_cost((m.info.cost for m in messages if m.info.role == "assistant")))
-    return raw
+def _transcript_columns(store: Any, ids: Optional[list[str]]) -> TranscriptColumns:
+    """The column reads of a store without SQL (MemoryPersistence, a store of your own): its
+    transcripts, loaded once through the port, read as the store conformance suite checks them."""
+    sessions, transcripts = _load(store, ids)
+    return TranscriptColumns(type(store).__name__, lambda: [transcripts[s.id] for s in sessions], list,
+                             lambda name: [])
 
 
 def _session_cost(costs: Iterable[Optional[float]]) -> Optional[float]:
@@ -202,7 +166,7 @@ def _session_cost(costs: Iterable[Optional[float]]) -> Optional[float]:
     return total
 
 
-def _sql_sessions(reader: SqlReader, ids, since, until, convert) -> Any:
+def _sessions(reader: Any, ids, since, until, convert) -> Any:
     """The sessions' columns, with ``cost`` summed from their messages' (a second query)."""
     fetched = reader.sessions(ids, since, until)
     if since is not None or until is not None:  # (the selected sessions' every message counts)
@@ -221,68 +185,17 @@ def _sql_sessions(reader: SqlReader, ids, since, until, convert) -> Any:
     return fetched
 
 
-def _port_messages(p: Any, ids, since, until) -> dict[str, list]:
-    _, transcripts = _load(p, ids)
-    names = [k for k, v in MESSAGE_COLUMNS.items() if not isinstance(v, tuple) and v != "order"]
-    raw: dict[str, list] = {k: [] for k in names}
-    for sid, m in _messages_in(transcripts, since, until):
-        info = m.info
-        row = message_columns(info)  # the SQL columns' flattening, so both routes give one frame
-        row["session_id"], row["message_id"] = sid, info.id
-        row["error_message"] = info.error.message if info.error is not None else None  # whole, as ``data`` keeps it
-        row["cost"] = getattr(info, "cost", None)  # (not a flat SQL column: read off the document there)
-        for k in names:
-            raw[k].append(row[k])
-    return raw
-
-
-def _port_parts(p: Any, ids, since, until, tools_only: bool) -> dict[str, list]:
-    _, transcripts = _load(p, ids)
-    spec = TOOL_CALL_COLUMNS if tools_only else PART_COLUMNS
-    names = [k for k, v in spec.items() if not isinstance(v, tuple) and v != "order"]
-    raw: dict[str, list] = {k: [] for k in names}
-    for sid, m in _messages_in(transcripts, since, until):
-        for part in m.parts:
-            t = part.type
-            if tools_only and t != "tool":
-                continue
-            cols = part_columns(part)  # the SQL columns' flattening (persistence.sql.tables)
-            row: dict[str, Any] = {
-                "session_id": sid, "message_id": part.message_id, "part_id": part.id, "type": t,
-                "start": cols["time_start"], "end": cols["time_end"], "text": None, "tool": cols["tool"],
-                "call_id": cols["call_id"], "status": cols["status"], "interrupted": cols["interrupted"],
-                "interrupt_reason": cols["interrupt_reason"], "recalled": cols["recalled"],
-            }
-            if t in ("text", "reasoning"):
-                row["text"] = part.text
-            elif t == "compaction":
-                row["text"] = part.summary
-            elif t == "tool":
-                st = part.state
-                meta = getattr(st, "metadata", None)
-                row.update(input=_dump(st.input), output=getattr(st, "output", None),
-                           error=getattr(st, "error", None), metadata=_dump(meta) if meta is not None else None)
-                row.update(approval_columns(part))
-                row.update(idempotency_key=part.idempotency_key, attempts=part.attempts, reconciled=part.reconciled,
-                           in_doubt=in_doubt_of(cols["interrupted"], (meta or {}).get("in_doubt")))
-            for k in names:
-                raw[k].append(row[k])
-    return raw
-
-
 # --------------------------------------------------------------------------- public views
 
 
 def _view(view: str, p: Any, session_id: SessionIds, since: TimeLike, until: TimeLike, spec: dict,
-          group: Optional[str], from_sql: Callable[..., Any], from_port: Callable[..., dict]) -> pd.DataFrame:
+          group: Optional[str], read: Callable[..., Any]) -> pd.DataFrame:
     ids, lo, hi = _session_ids(session_id), _bound(since, "since"), _bound(until, "until")
     if ids == []:
         return build([], spec, group)
-    reader = open_reader(p)
-    if reader is None:
-        return build([convert(from_port(persistence_of(p), ids, lo, hi), spec)], spec, group)
+    reader: Any = open_reader(p) or _transcript_columns(persistence_of(p), ids)
     with reader:
-        fetched = from_sql(reader, ids, lo, hi, lambda chunk: convert(chunk, spec))
+        fetched = read(reader, ids, lo, hi, lambda chunk: convert(chunk, spec))
     if fetched.corrupt:
         _warn_corrupt(view, reader.where, fetched.corrupt)
     return build(fetched.chunks, spec, group)
@@ -309,15 +222,14 @@ def sessions_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = None
         ids = batch_session_ids(p, batch)
         wanted = _session_ids(session_id)
         session_id = ids if wanted is None else [s for s in ids if s in set(wanted)]
-    return _view("sessions_df", p, session_id, since, until, SESSION_COLUMNS, None, _sql_sessions,
-                 _port_sessions)
+    return _view("sessions_df", p, session_id, since, until, SESSION_COLUMNS, None, _sessions)
 
 
 def messages_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = None, until: TimeLike = None) -> pd.DataFrame:
     """One row per message: role, times, duration, model, finish reason, error, tokens (Int64) and
     ``cost`` (USD, float; NaN for user messages and for a model call whose cost is unknown)."""
-    return _view("messages_df", p, session_id, since, until, MESSAGE_COLUMNS, "session_id", SqlReader.messages,
-                 _port_messages)
+    return _view("messages_df", p, session_id, since, until, MESSAGE_COLUMNS, "session_id",
+                 lambda reader, ids, lo, hi, convert: reader.messages(ids, lo, hi, convert))
 
 
 def parts_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = None, until: TimeLike = None) -> pd.DataFrame:
@@ -327,8 +239,8 @@ def parts_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = None, u
     carry ``tool`` and ``status`` (their call id, input, output, error and the
     interrupt/recall flags are in :func:`tool_calls_df`, which joins on ``part_id``).
     """
-    return _view("parts_df", p, session_id, since, until, PART_COLUMNS, "message_id", SqlReader.parts,
-                 lambda src, ids, lo, hi: _port_parts(src, ids, lo, hi, tools_only=False))
+    return _view("parts_df", p, session_id, since, until, PART_COLUMNS, "message_id",
+                 lambda reader, ids, lo, hi, convert: reader.parts(ids, lo, hi, convert))
 
 
 def tool_calls_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = None,
@@ -359,8 +271,7 @@ def tool_calls_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = No
     session from 1.
     """
     return _view("tool_calls_df", p, session_id, since, until, TOOL_CALL_COLUMNS, "session_id",
-                 lambda reader, ids, lo, hi, convert: reader.parts(ids, lo, hi, convert, tools_only=True),
-                 lambda src, ids, lo, hi: _port_parts(src, ids, lo, hi, tools_only=True))
+                 lambda reader, ids, lo, hi, convert: reader.parts(ids, lo, hi, convert, tools_only=True))
 
 
 # --------------------------------------------------------------------------- summary

@@ -17,7 +17,7 @@ from ..messages import MessageWithParts, Part, Transcript, in_doubt_of
 from .batches import BatchInfo, BatchItem
 from .columns import MESSAGE_NAMES, PART_NAMES, SESSION_NAMES, TOOL_CALL_NAMES, ColumnReader, Convert, Fetched
 
-__all__ = ["TranscriptColumns", "approval_columns"]
+__all__ = ["TranscriptColumns"]
 
 _TEXT_TYPES = ("text", "reasoning")
 
@@ -75,6 +75,11 @@ class TranscriptColumns(ColumnReader):
                 rows.append(tuple(row[n] for n in names))
         return _fetched(names, rows, convert)
 
+    def message_costs(self, ids: Optional[Sequence[str]] = None) -> Fetched:
+        """session_id, role and cost of every message of the sessions: what a session's cost is summed from."""
+        rows = [(sid, m.info.role, getattr(m.info, "cost", None)) for sid, m in self._messages(ids, None, None)]
+        return _fetched(("session_id", "role", "cost"), rows, None)
+
     def _selected(self, ids: Optional[Sequence[str]]) -> list[Transcript]:
         got = self._transcripts()
         if ids is None:
@@ -111,7 +116,7 @@ def _part_row(sid: str, part: Part, tools_only: bool) -> dict[str, Any]:
                    interrupt_reason=cols["interrupt_reason"], recalled=cols["recalled"], input=_dump(st.input),
                    output=getattr(st, "output", None), error=getattr(st, "error", None),
                    metadata=_dump(meta) if meta is not None else None)
-        row.update(approval_columns(part))
+        row.update(_approval(part))
         # the exactly-once facts, read as ToolPart reads them (in doubt: of a call flagged interrupted)
         row.update(idempotency_key=part.idempotency_key, attempts=part.attempts,  # type: ignore[union-attr]
                    in_doubt=in_doubt_of(cols["interrupted"], (meta or {}).get("in_doubt")),
@@ -119,9 +124,8 @@ def _part_row(sid: str, part: Part, tools_only: bool) -> dict[str, Any]:
     return row
 
 
-def approval_columns(part: Any) -> dict[str, Any]:
-    """A tool call's approval columns, as the SQL reader reads them off its document (the frames'
-    port route reads them with this too)."""
+def _approval(part: Any) -> dict[str, Any]:
+    """A tool call's approval columns, as the SQL reader reads them off its document."""
     approval, detail = part.approval, part.approval_detail
     if detail is None:
         return {"approval": approval, "approval_reason": None, "approved_input": None, "decided": None}

@@ -508,7 +508,7 @@ def _time_filter(stmt: Any, col: Any, since: Optional[int], until: Optional[int]
     """Keep rows whose time, in whole microseconds as the frames show it, is in [since, until).
 
     ``floor(t * 1e6 + 0.5) >= since`` ⟺ ``t * 1e6 + 0.5 >= since`` for an integer bound:
-    the same double arithmetic as the frames and the port route, so a time read off a
+    the same double arithmetic as the frames and the transcript reader, so a time read off a
     frame selects its own row. A coarse bound on the bare column comes first (indexable).
     """
     exact = col * 1e6 + 0.5
