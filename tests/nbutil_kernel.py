@@ -209,3 +209,16 @@ class Kernel:
             self.kc.stop_channels()
         finally:
             self.km.shutdown_kernel(now=True)
+
+
+def execute_notebook(nb: Any, folder: Any, timeout: int = 120) -> Any:
+    """Execute ``nb`` in place with nbclient, in ``folder``. nbclient waits only 4 s (its default
+    ``iopub_timeout``) for a cell's outputs after the kernel's reply, then drops them with a
+    warning: on a loaded machine a cell's printed text went missing that way. Wait as long as
+    the cell may run, and fail loudly instead of losing output."""
+    from nbclient import NotebookClient
+
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", iopub_timeout=timeout,
+                            raise_on_iopub_timeout=True, resources={"metadata": {"path": str(folder)}})
+    client.execute()
+    return nb

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("ipywidgets")
 pytest.importorskip("jupyter_client")
 
-from nbutil_kernel import Kernel  # noqa: E402
+from nbutil_kernel import Kernel, execute_notebook  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
@@ -166,7 +166,6 @@ def test_saved_notebook_shows_how_the_run_ended(tmp_path):
     """Executed and saved by nbclient (as the tutorials are): the widget state and the widgets'
     plain-text fallback say "finished", Abort is disabled — not the state at the cell's end."""
     nbformat = pytest.importorskip("nbformat")
-    from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
@@ -174,7 +173,7 @@ def test_saved_notebook_shows_how_the_run_ended(tmp_path):
         "panel = RunPanel(We0Agent(ScriptedModel([[text(['w '] * 100)]], delay=0.01)), session_id='ses_saved')\n"
         "panel.start('hi')"),
         nbformat.v4.new_code_cell("r = await panel.wait()")]
-    NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    execute_notebook(nb, tmp_path)
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     by_class = {}
     for model in state.values():

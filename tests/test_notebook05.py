@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("nbclient")
+
+from nbutil_kernel import execute_notebook  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "05-real-models.ipynb"
@@ -37,8 +39,7 @@ def test_notebook_05_runs_to_the_end_without_a_model(tmp_path, monkeypatch):
     for name in ("WE0NB_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    execute_notebook(nb, tmp_path)
     outputs = ["".join(o.get("text", "")) for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "\n".join(outputs)
     assert "The live cells below are skipped" in text and 'pip install "we0nb[local]"' in text

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("nbclient")
+
+from nbutil_kernel import execute_notebook  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "07-mcp.ipynb"
@@ -35,8 +37,7 @@ def test_notebook_07_skips_each_cell_with_its_reason_without_the_mcp_extra(tmp_p
     (tmp_path / "sitecustomize.py").write_text(HIDE)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    execute_notebook(nb, tmp_path)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
     guard = next(i for i, c in enumerate(code) if "import mcp" in c.source)

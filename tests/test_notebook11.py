@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("nbclient")
+
+from nbutil_kernel import execute_notebook  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "11-tracing-and-cost.ipynb"
@@ -35,8 +37,7 @@ def test_notebook_11_runs_to_the_end_without_opentelemetry(tmp_path, monkeypatch
     (tmp_path / "sitecustomize.py").write_text(HIDE)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    execute_notebook(nb, tmp_path)
     texts = ["".join(o.get("text", "")) or "".join(o.get("data", {}).get("text/plain", ""))
              for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "\n".join(texts)

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("nbclient")
+
+from nbutil_kernel import execute_notebook  # noqa: E402
 pytest.importorskip("ipywidgets")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,8 +26,7 @@ def _run_with(name: str, tmp_path: Path, before: str, cell: str) -> list:
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     at = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.startswith(before))
     nb.cells.insert(at, nbformat.v4.new_code_cell(cell))
-    nbclient.NotebookClient(nb, timeout=180, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    execute_notebook(nb, tmp_path, timeout=180)
     code = [c for c in nb.cells if c.cell_type == "code"]
     errors = [(c.source[:60], o.get("ename"), o.get("evalue")) for c in code for o in c.outputs
               if o.output_type == "error"]
