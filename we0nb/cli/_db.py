@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .._extras import require
+from ..messages import Transcript
 from ..persistence import MemoryPersistence, Persistence
 from ._common import CliError, hint
 
 __all__ = ["DEFAULT_DB", "WE0_TABLES", "normalize_db", "sqlite_file", "safe_url", "check_we0nb_data",
-           "open_store"]
+           "open_store", "load_session"]
 
 DEFAULT_DB = "sqlite:///we0nb-demo.db"
 #: tables every we0nb database has (schema v1 and later)
@@ -139,3 +140,13 @@ def open_store(url: str, *, read_only: bool) -> Persistence:
     from ..persistence.sql import SqlPersistence
 
     return SqlPersistence(url)
+
+
+async def load_session(p: Persistence, url: str, session_id: str) -> Transcript:
+    """The persisted transcript of ``session_id``; a session the database lacks is one line
+    that says how to list the ones it has."""
+    tr = await p.load_transcript(session_id)
+    if tr.session is None:
+        raise CliError(f"no session {session_id!r} in {safe_url(url)}. List the sessions with "
+                       f"`{hint('we0nb', 'sessions', '--db', url)}`.")
+    return tr

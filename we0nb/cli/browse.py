@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from ..engine.request import check_session_id
-from ._common import CliError, CtrlC, hint, say
-from ._db import normalize_db, open_store, safe_url
+from ._common import CtrlC, say
+from ._db import load_session, normalize_db, open_store, safe_url
 from .render import ts, format_tools, format_transcript, session_cost, session_state, table
 
 __all__ = ["cmd_sessions", "cmd_show", "add_parsers"]
@@ -39,10 +39,7 @@ async def cmd_show(args: argparse.Namespace, ctrl: CtrlC) -> int:
     session_id = check_session_id(args.session, "SESSION")
     p = open_store(url, read_only=True)
     try:
-        tr = await p.load_transcript(session_id)
-        if tr.session is None:
-            raise CliError(f"no session {session_id!r} in {safe_url(url)}. List the sessions with "
-                           f"`{hint('we0nb', 'sessions', '--db', url)}`.")
+        tr = await load_session(p, url, session_id)
         say(format_transcript(tr))
         say()
         say("tool calls:")

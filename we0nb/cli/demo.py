@@ -22,7 +22,7 @@ from ..engine import user_message
 from ..engine.request import check_session_id
 from ..messages import Session, SessionTime, Transcript
 from ._common import CliError, CtrlC, hint, rule, say
-from ._db import normalize_db, open_store, safe_url
+from ._db import load_session, normalize_db, open_store, safe_url
 from .demo_agent import AT_MOST_ONCE_TITLE, DEMO_PROMPT, DEMO_TOOLS, demo_agent, ledger_path
 from .demo_run import AbortPlan, print_store, report, resume_phase, stop_before_resume, stream_run
 
@@ -98,10 +98,7 @@ async def cmd_resume(args: argparse.Namespace, ctrl: CtrlC) -> int:
     session_id = check_session_id(args.session, "SESSION")
     p = open_store(url, read_only=True)
     try:
-        tr = await p.load_transcript(session_id)
-        if tr.session is None:
-            raise CliError(f"no session {session_id!r} in {safe_url(url)}. List the sessions with "
-                           f"`{hint('we0nb', 'sessions', '--db', url)}`.")
+        tr = await load_session(p, url, session_id)
         if tr.pending_approvals:
             calls = ", ".join(p.call_id for p in tr.pending_approvals)
             raise CliError(f"session {session_id!r} waits for a person's decision on {len(tr.pending_approvals)} "
