@@ -15,14 +15,11 @@ headers, JSON body) and notices when a client goes away from a held stream.
 from __future__ import annotations
 
 import json
-import select
 import socket
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
-Responder = Callable[["_Handler"], None]
+from fake_http import Responder, ScriptedHandler, ScriptedServer, client_closed, wait_for_disconnect
+
 
 #: the HTTP status of each error type, as the API reference lists them
 ERROR_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
@@ -34,93 +31,19 @@ class Raw(bytes):
     """Bytes sent as they are (a malformed event, a comment line)."""
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: "_HTTPServer"
-
-    def log_message(self, *args: Any) -> None:  # keep test output clean
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802
-        fake = self.server.fake
-        body = self.rfile.read(int(self.headers.get("content-length", "0") or 0))
-        try:
-            payload = json.loads(body)
-        except ValueError:
-            payload = None
-        with fake.lock:
-            fake.requests.append({"time": time.monotonic(), "path": self.path,
-                                  "headers": {k.lower(): v for k, v in self.headers.items()}, "body": payload})
-            respond = fake.script.pop(0) if fake.script else None
-        if respond is None:
-            error("api_error", "the test server has no scripted response left")(self)
-        else:
-            respond(self)
-
-    def send_chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    fake: "FakeAnthropic"
-
-
-class FakeAnthropic:
+class FakeAnthropic(ScriptedServer):
     """The server (127.0.0.1, a free port), started at once; ``stop()`` it."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.script: list[Responder] = []
-        self.requests: list[dict[str, Any]] = []
-        self.held = threading.Event()
-        self.client_closed = threading.Event()
-        self.closed_at: Optional[float] = None
-        self.httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
-        self.httpd.fake = self
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
 
     @property
     def url(self) -> str:
         """The base URL (the SDK appends ``/v1/messages``)."""
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
-    def play(self, *responders: Responder) -> None:
-        with self.lock:
-            self.script.extend(responders)
-
-    def bodies(self) -> list[dict[str, Any]]:
-        return [r["body"] for r in self.requests]
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def nothing_left(self) -> Responder:
+        return error("api_error", "the test server has no scripted response left")
 
 
 # --------------------------------------------------------------------------- responders
-
-
-def _wait_for_disconnect(h: _Handler) -> None:
-    fake = h.server.fake
-    fake.held.set()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([h.connection], [], [], 0.05)
-        if ready:
-            try:
-                data = h.connection.recv(1024)
-            except OSError:
-                data = b""
-            if not data:
-                _client_closed(fake)
-                return
-
-
-def _client_closed(fake: Any) -> None:
-    fake.closed_at = time.monotonic()
-    fake.client_closed.set()
 
 
 def stream(events: Sequence[Union[dict, bytes]], *, cut: bool = False, hold: bool = False,
@@ -131,7 +54,7 @@ def stream(events: Sequence[Union[dict, bytes]], *, cut: bool = False, hold: boo
     stream open until the client disconnects, recording when it did.
     """
 
-    def respond(h: _Handler) -> None:
+    def respond(h: ScriptedHandler) -> None:
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.send_header("Transfer-Encoding", "chunked")
@@ -150,13 +73,13 @@ def stream(events: Sequence[Union[dict, bytes]], *, cut: bool = False, hold: boo
             # early event, on a fast machine): that is the disconnect a held stream waits for
             h.close_connection = True
             if hold:
-                _client_closed(h.server.fake)
+                client_closed(h.server.fake)
             return
         h.close_connection = cut or hold
         if cut:
             h.connection.shutdown(socket.SHUT_RDWR)
         elif hold:
-            _wait_for_disconnect(h)
+            wait_for_disconnect(h)
         else:
             h.wfile.write(b"0\r\n\r\n")
             h.wfile.flush()
@@ -168,7 +91,7 @@ def error(etype: str, message: str, status: Optional[int] = None,
           headers: Optional[dict[str, str]] = None) -> Responder:
     """An HTTP error before the stream, with the body and status of its type."""
 
-    def respond(h: _Handler) -> None:
+    def respond(h: ScriptedHandler) -> None:
         data = json.dumps({"type": "error", "error": {"type": etype, "message": message},
                            "request_id": "req_test"}).encode()
         h.send_response(status or ERROR_STATUS.get(etype, 500))

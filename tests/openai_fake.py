@@ -15,91 +15,34 @@ Importable by other test files: ``from openai_fake import FakeServer, sse, words
 from __future__ import annotations
 
 import json
-import select
 import socket
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Optional
+
+from fake_http import Responder, ScriptedHandler, ScriptedServer, client_closed, wait_for_disconnect
 
 __all__ = ["FakeServer", "Responder", "Check", "chunk", "words", "sse", "status", "empty_stream",
            "reject_null_content", "reject_json_schema"]
 
-Responder = Callable[["_Handler"], None]
 #: a check of a request body: a responder that refuses it, or None to accept it
 Check = Callable[[Any], Optional[Responder]]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: "_HTTPServer"
-
-    def log_message(self, *args: Any) -> None:  # keep test output clean
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802
-        fake = self.server.fake
-        body = self.rfile.read(int(self.headers.get("content-length", "0") or 0))
-        try:
-            payload = json.loads(body)
-        except ValueError:
-            payload = None
-        with fake.lock:
-            fake.requests.append({"time": time.monotonic(), "path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
-                                  "body": payload})
-            refusal = next((r for r in (check(payload) for check in fake.checks) if r is not None), None)
-            respond = refusal or (fake.script.pop(0) if fake.script else None)
-        if respond is None:
-            status(500, {"error": {"message": "the test server has no scripted response left"}})(self)
-        else:
-            respond(self)
-
-    # helpers for responders
-    def send_chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    fake: "FakeServer"
-
-
-class FakeServer:
+class FakeServer(ScriptedServer):
     """``checks``: request checks run before the script (default: :func:`reject_null_content`)."""
 
     def __init__(self, checks: Optional[list[Check]] = None) -> None:
-        self.lock = threading.Lock()
         self.checks: list[Check] = [reject_null_content] if checks is None else list(checks)
-        self.script: list[Responder] = []
-        self.requests: list[dict[str, Any]] = []
-        self.client_closed = threading.Event()
-        self.closed_at: Optional[float] = None
-        self.httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
-        self.httpd.fake = self
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
+        super().__init__()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
-    def play(self, *responders: Responder) -> None:
-        with self.lock:
-            self.script.extend(responders)
+    def refusal(self, payload: Any) -> Optional[Responder]:
+        return next((r for r in (check(payload) for check in self.checks) if r is not None), None)
 
-    def bodies(self) -> list[dict[str, Any]]:
-        return [r["body"] for r in self.requests]
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def __enter__(self) -> "FakeServer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+    def nothing_left(self) -> Responder:
+        return status(500, {"error": {"message": "the test server has no scripted response left"}})
 
 
 def chunk(delta: Optional[dict] = None, finish: Optional[str] = None, usage: Optional[dict] = None,
@@ -123,11 +66,6 @@ def words(*pieces: str, finish: str = "stop", usage: Optional[dict] = None) -> l
     return out
 
 
-def _client_closed(fake: Any) -> None:
-    fake.closed_at = time.monotonic()
-    fake.client_closed.set()
-
-
 def sse(events: list, *, cut: bool = False, hold: bool = False) -> Responder:
     """Stream ``events`` (dicts as JSON, str as a raw data line, ``b"..."`` as raw bytes).
 
@@ -135,7 +73,7 @@ def sse(events: list, *, cut: bool = False, hold: bool = False) -> Responder:
     ``hold``: keep the stream open until the client disconnects, and record when it did.
     """
 
-    def respond(h: _Handler) -> None:
+    def respond(h: ScriptedHandler) -> None:
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.send_header("Transfer-Encoding", "chunked")
@@ -151,7 +89,7 @@ def sse(events: list, *, cut: bool = False, hold: bool = False) -> Responder:
         except (BrokenPipeError, ConnectionResetError):  # the client left while we were writing
             h.close_connection = True
             if hold:  # the disconnect a held stream waits for
-                _client_closed(h.server.fake)
+                client_closed(h.server.fake)
             return
         if cut:
             h.close_connection = True
@@ -159,18 +97,7 @@ def sse(events: list, *, cut: bool = False, hold: bool = False) -> Responder:
             return
         if hold:
             h.close_connection = True
-            fake = h.server.fake
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                ready, _, _ = select.select([h.connection], [], [], 0.05)
-                if ready:
-                    try:
-                        data = h.connection.recv(1024)
-                    except OSError:
-                        data = b""
-                    if not data:
-                        _client_closed(fake)
-                        return
+            wait_for_disconnect(h)
             return
         h.send_chunk(b"data: [DONE]\n\n")
         h.wfile.write(b"0\r\n\r\n")
@@ -180,7 +107,7 @@ def sse(events: list, *, cut: bool = False, hold: bool = False) -> Responder:
 
 
 def status(code: int, body: Any, headers: Optional[dict[str, str]] = None) -> Responder:
-    def respond(h: _Handler) -> None:
+    def respond(h: ScriptedHandler) -> None:
         data = json.dumps(body).encode()
         h.send_response(code)
         h.send_header("Content-Type", "application/json")
@@ -198,7 +125,7 @@ def empty_stream() -> Responder:
     """HTTP 200 with SSE headers and an empty body: what llama-cpp-python sends when it fails
     inside the stream (e.g. on ``tool_choice="required"``)."""
 
-    def respond(h: _Handler) -> None:
+    def respond(h: ScriptedHandler) -> None:
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.send_header("Transfer-Encoding", "chunked")

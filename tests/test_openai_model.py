@@ -20,7 +20,7 @@ pytest.importorskip("openai")
 from openai_fake import (  # noqa: E402,F401  (other test files may import these from here too)
     FakeServer,
     Responder,
-    _Handler,
+    ScriptedHandler,
     chunk,
     empty_stream,
     reject_json_schema,
@@ -270,7 +270,7 @@ async def test_disconnect_mid_stream_leaves_the_message_resumable(server):
 
 async def test_stream_ending_without_finish_reason_is_an_error(server):
     # a close-delimited body that just stops: no finish_reason ever arrived
-    def respond(h: _Handler) -> None:
+    def respond(h: ScriptedHandler) -> None:
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.send_header("Connection", "close")
