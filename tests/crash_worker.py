@@ -164,54 +164,6 @@ async def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def zygote() -> int:
-    """Serve ``spawn``/``wait`` requests (JSON lines on stdin): fork a worker per request.
-
-    Forking from a process that has already imported everything makes a worker start in
-    milliseconds instead of a second; each worker is still its own process (own PID, own
-    database connections, killed with SIGKILL). Replies are JSON lines on stdout.
-    """
-    for line in sys.stdin:
-        req = json.loads(line)
-        if req["op"] == "spawn":
-            sys.stdout.flush()
-            pid = os.fork()
-            if pid == 0:  # the worker
-                code = 1
-                try:
-                    out = os.open(req["out"], os.O_WRONLY)
-                    err = os.open(req["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                    os.dup2(out, 1)
-                    os.dup2(err, 2)
-                    os.close(out)
-                    os.close(err)
-                    sys.stdin.close()
-                    os.close(0)
-                    sys.stdout = open(1, "w", buffering=1, closefd=False)
-                    sys.stderr = open(2, "w", buffering=1, closefd=False)
-                    code = asyncio.run(main(parser().parse_args(req["argv"])))
-                except SystemExit as e:
-                    code = e.code if isinstance(e.code, int) else 1
-                except BaseException:
-                    import traceback
-
-                    traceback.print_exc()
-                finally:
-                    try:
-                        sys.stdout.flush()
-                        sys.stderr.flush()
-                    finally:
-                        os._exit(code)
-            reply = {"pid": pid}
-        elif req["op"] == "wait":
-            _, status = os.waitpid(req["pid"], 0)
-            reply = {"status": os.waitstatus_to_exitcode(status)}
-        else:
-            reply = {"error": f"unknown op {req['op']!r}"}
-        print(json.dumps(reply), flush=True)
-    return 0
-
-
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
@@ -228,5 +180,7 @@ def parser() -> argparse.ArgumentParser:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--zygote"]:
-        sys.exit(zygote())
+        import zygote
+
+        sys.exit(zygote.serve(lambda argv: asyncio.run(main(parser().parse_args(argv)))))
     sys.exit(asyncio.run(main(parser().parse_args())))

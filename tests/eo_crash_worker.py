@@ -192,46 +192,6 @@ async def main(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- the zygote
 
 
-def zygote() -> int:
-    """Serve JSON-line requests on stdin: ``spawn`` (fork a worker; its stdout and stderr go to
-    ``log``) and ``wait`` (reap it: its exit code, negative for a signal)."""
-    for line in sys.stdin:
-        req = json.loads(line)
-        if req["op"] == "spawn":
-            sys.stdout.flush()
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                    os.dup2(log, 1)
-                    os.dup2(log, 2)
-                    os.close(log)
-                    sys.stdin.close()
-                    os.close(0)
-                    sys.stdout = open(1, "w", buffering=1, closefd=False)
-                    sys.stderr = open(2, "w", buffering=1, closefd=False)
-                    code = asyncio.run(main(parser().parse_args(req["argv"])))
-                except BaseException:
-                    import traceback
-
-                    traceback.print_exc()
-                finally:
-                    try:
-                        sys.stdout.flush()
-                        sys.stderr.flush()
-                    finally:
-                        os._exit(code)
-            reply: dict[str, Any] = {"pid": pid}
-        elif req["op"] == "wait":
-            _, status = os.waitpid(req["pid"], 0)
-            reply = {"status": os.waitstatus_to_exitcode(status)}
-        else:
-            reply = {"error": f"unknown op {req['op']!r}"}
-        print(json.dumps(reply), flush=True)
-    return 0
-
-
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
     ap.add_argument("--variant", choices=VARIANTS, required=True)
@@ -248,5 +208,7 @@ def parser() -> argparse.ArgumentParser:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--zygote"]:
-        sys.exit(zygote())
+        import zygote
+
+        sys.exit(zygote.serve(lambda argv: asyncio.run(main(parser().parse_args(argv)))))
     sys.exit(asyncio.run(main(parser().parse_args())))
