@@ -4,7 +4,9 @@ middle message; the bar is ≤ 50 ms on SQLite.
 The session (a user message and one or two answers per turn, a tool call in every other turn)
 is built once per database (``--db``: a SQLite file or a PostgreSQL URL; ``--schema`` for
 PostgreSQL) and kept, so rounds in other processes fork the same session. Each run forks it at
-its middle message and is timed; min / median / max are printed (the first fork is a warm-up).
+its middle message and is timed; min / median / max are printed (the first fork is a warm-up),
+and the median CPU time of this process per fork (less sensitive to other processes' load; on
+PostgreSQL the server's work is not in it).
 
 ``--compare TREE`` times the code in TREE (a copy of another version's source tree, e.g. made
 with ``git archive``) against this one, in interleaved rounds of separate processes on the same
@@ -68,21 +70,24 @@ async def bench(db: str, schema, runs: int, messages: int, quiet: bool) -> float
     ids = await _built(agent, messages)
     at = ids[len(ids) // 2]
     await agent.fork(SID, at=at)  # (warm-up: statements compiled, caches filled)
-    times = []
+    times, cpus = [], []
     for _ in range(runs):
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         await agent.fork(SID, at=at)
         times.append((time.perf_counter() - t) * 1000)
+        cpus.append((time.process_time() - c) * 1000)
     await p.close()
     if not quiet:
-        print(f"fork {p.dialect:10s} {len(ids)} messages at the middle: {spread(times, 1, 6, ' ms')}  (bar: 50 ms)")
-    return statistics.median(times)
+        print(f"fork {p.dialect:10s} {len(ids)} messages at the middle: {spread(times, 1, 6, ' ms')}  (bar: 50 ms); "
+              f"this process's CPU median {statistics.median(cpus):.1f} ms")
+    return statistics.median(times), statistics.median(cpus)
 
 
 def compare(a: argparse.Namespace) -> None:
     """Interleaved rounds: TREE's code, then this tree's, each in a process of its own."""
     sides = {"other": os.path.abspath(a.compare), "this": ROOT}
     got: dict[str, list[float]] = {k: [] for k in sides}
+    cpu: dict[str, list[float]] = {k: [] for k in sides}
     base = [sys.executable, os.path.abspath(__file__), "--db", a.db, "--runs", str(a.runs), "--messages",
             str(a.messages), "--quiet"] + (["--schema", a.schema] if a.schema else [])
     for r in range(a.rounds):
@@ -90,10 +95,13 @@ def compare(a: argparse.Namespace) -> None:
         for name, tree in sides.items():
             env = {**os.environ, "PYTHONPATH": tree}
             out = subprocess.run(base, env=env, capture_output=True, text=True, check=True).stdout
-            got[name].append(float(out.split()[-1]))
-            line.append(f"{name} {got[name][-1]:6.1f} ms")
+            wall, used = out.split()[-2:]
+            got[name].append(float(wall))
+            cpu[name].append(float(used))
+            line.append(f"{name} {got[name][-1]:6.1f} ms (CPU {cpu[name][-1]:5.1f})")
         print(f"round {r + 1}: " + "  ".join(line))
-    print("median of the rounds' medians: " + "  ".join(f"{k} {statistics.median(v):.1f} ms" for k, v in got.items()))
+    print("median of the rounds' medians: " + "  ".join(
+        f"{k} {statistics.median(v):.1f} ms (CPU {statistics.median(cpu[k]):.1f})" for k, v in got.items()))
 
 
 def main() -> None:
@@ -109,9 +117,9 @@ def main() -> None:
     if a.compare:
         compare(a)
         return
-    median = asyncio.run(bench(a.db, a.schema, a.runs, a.messages, a.quiet))
+    wall, cpu = asyncio.run(bench(a.db, a.schema, a.runs, a.messages, a.quiet))
     if a.quiet:
-        print(f"{median:.3f}")
+        print(f"{wall:.3f} {cpu:.3f}")
 
 
 if __name__ == "__main__":
