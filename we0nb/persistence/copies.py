@@ -47,7 +47,7 @@ class IndexedMessage(NamedTuple):
     created: float
     completed: bool
     parent_id: Optional[str]
-    #: the store can copy it renamed
+    #: the store can copy it renamed, its model view included
     copyable: bool
     parts: tuple[IndexedPart, ...]
 

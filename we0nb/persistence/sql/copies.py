@@ -19,6 +19,7 @@ from ..copies import IndexedMessage, IndexedPart, Rename, SessionIndex
 from . import statements as q
 from .driver import Driver, Op, Params
 from .records import build_messages, session_from_row
+from .statements import Stmt
 
 __all__ = ["SqlCopies"]
 
@@ -35,7 +36,8 @@ class SqlCopies:
         self.db, self.where = db, where
 
     async def session_index(self, session_id: str, upto: Optional[str] = None) -> Optional[SessionIndex]:
-        params = {"sid": session_id, "src": _json_text(session_id), "upto": upto}
+        params: Params = {"sid": session_id, "src": _json_text(session_id), "upto": upto}
+        queries: list[tuple[Stmt, Params]]
         if upto is None:
             queries = [(q.GET_SESSION, {"sid": session_id}), (q.COPY_MESSAGE_INDEX, params),
                        (q.COPY_PART_INDEX, params)]

@@ -5,8 +5,9 @@ order, so a document begins with the ids a copy changes: ``{"id":"…","session_
 part, ``,"message_id":"…"``. A copy replaces that beginning (the rest of the text is kept as it
 is); an assistant message's ``"error":null,"parent_id":"…"`` (its first occurrence: nothing before
 it can hold that text unescaped) is replaced the same way. A row whose document does not begin as
-expected, or an assistant message with an error and a parent, is not *copyable*: the index says
-so and the engine writes it as an object instead; the copy statements leave such rows out too.
+expected, an assistant message with an error and a parent, or a message without its stored model
+view (the copy would lack it too) is not *copyable*: the index says so and the engine writes it
+as an object instead; the copy statements leave such rows out too.
 
 Parameters: ``sid`` (the source session), ``upto`` (the last message an ``_upto`` index reads), ``src`` and ``dstj`` (the source and target session ids
 as JSON strings, exactly as pydantic writes them), ``dst`` (the target session id) and ``rows``
@@ -52,7 +53,7 @@ def copy_statements(dialect: str) -> dict[str, str]:
     def begins(t: str, prefix: str) -> str:
         return f"substr({t}.data, 1, length({prefix})) = {prefix}"
 
-    msg_ok = (f"{begins('s', msg_prefix('s'))} AND (s.parent_id IS NULL OR "
+    msg_ok = (f"s.model_view IS NOT NULL AND {begins('s', msg_prefix('s'))} AND (s.parent_id IS NULL OR "
               f"(s.error_reason IS NULL AND {instr}(s.data, {parent('s')}) > 0))")
     part_ok = begins("p", part_prefix("p"))
     if sqlite:
