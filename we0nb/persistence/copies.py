@@ -45,6 +45,7 @@ class IndexedMessage(NamedTuple):
     id: str
     role: str
     created: float
+    #: its completion time is set (an assistant message that finished; a user message has none)
     completed: bool
     parent_id: Optional[str]
     #: the store can copy it renamed, its model view included
