@@ -4,7 +4,8 @@ middle message; the bar is ≤ 50 ms on SQLite.
 The session (a user message and one or two answers per turn, a tool call in every other turn)
 is built once per database (``--db``: a SQLite file or a PostgreSQL URL; ``--schema`` for
 PostgreSQL) and kept, so rounds in other processes fork the same session. Each run forks it at
-its middle message and is timed; min / median / max are printed (the first fork is a warm-up),
+its middle message and is timed (the forks are deleted afterwards, so every round starts from a
+database of the same size); min / median / max are printed (the first fork is a warm-up),
 and the median CPU time of this process per fork (less sensitive to other processes' load; on
 PostgreSQL the server's work is not in it).
 
@@ -69,18 +70,29 @@ async def bench(db: str, schema, runs: int, messages: int, quiet: bool) -> float
     agent = _agent(p)
     ids = await _built(agent, messages)
     at = ids[len(ids) // 2]
-    await agent.fork(SID, at=at)  # (warm-up: statements compiled, caches filled)
+    made = [await agent.fork(SID, at=at)]  # (warm-up: statements compiled, caches filled)
     times, cpus = [], []
     for _ in range(runs):
         c, t = time.process_time(), time.perf_counter()
-        await agent.fork(SID, at=at)
+        made.append(await agent.fork(SID, at=at))
         times.append((time.perf_counter() - t) * 1000)
         cpus.append((time.process_time() - c) * 1000)
+    _drop(p, made)
     await p.close()
     if not quiet:
         print(f"fork {p.dialect:10s} {len(ids)} messages at the middle: {spread(times, 1, 6, ' ms')}  (bar: 50 ms); "
               f"this process's CPU median {statistics.median(cpus):.1f} ms")
     return statistics.median(times), statistics.median(cpus)
+
+
+def _drop(p, sessions: list[str]) -> None:
+    """Delete the forks made (not timed): every round starts from a database of the same size."""
+    from sqlalchemy import bindparam, text
+
+    with p.sync_engine().begin() as conn:
+        for table, column in (("we0_parts", "session_id"), ("we0_messages", "session_id"), ("we0_sessions", "id")):
+            conn.execute(text(f"DELETE FROM {table} WHERE {column} IN :ids").bindparams(
+                bindparam("ids", expanding=True)), {"ids": sessions})
 
 
 def compare(a: argparse.Namespace) -> None:

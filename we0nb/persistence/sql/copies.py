@@ -77,5 +77,5 @@ class SqlCopies:
         ops: list[Op] = []
         for stmt, renames in ((q.COPY_PARTS, parts), (q.COPY_MESSAGES, messages)):
             if renames:
-                ops.append((stmt, {**base, "rows": json.dumps([list(r) for r in renames])}))
+                ops.append((stmt, {**base, "rows": json.dumps(renames)}))  # (tuples: JSON arrays)
         return ops
