@@ -243,3 +243,34 @@ def test_case_has_prompt_text_and_tool_calls(store):
 
     run(go())
     assert seen == [(0, "2+2", "4", ["calc"], None, None)]
+
+
+def test_a_case_without_tool_calls_is_made_without_reading_its_transcript(store, monkeypatch):
+    seen, read = [], []
+
+    def look(case):
+        seen.append((case.item, case.text, case.tool_calls))
+        return True
+
+    def reply(request):  # a tool call for "2+2" only; "hi" is answered at once
+        prompt = next(m.text for m in request.messages if isinstance(m, UserTurn))
+        if prompt == "2+2" and not any(getattr(m, "role", "") == "tool" for m in request.messages):
+            return [tool_call("calc", {"expr": prompt})]
+        return [text("4" if prompt == "2+2" else "hello")]
+
+    async def go():
+        batch = await We0Agent(FunctionModel(reply), tools=[calc], persistence=store).batch(
+            ["2+2", "hi"], name="b_light", progress=False)
+        loads = store.load_transcript
+
+        async def counted(session_id):
+            read.append(session_id)
+            return await loads(session_id)
+
+        monkeypatch.setattr(store, "load_transcript", counted)
+        await batch.score([look], progress=False)
+        return batch
+
+    batch = run(go())
+    assert sorted(seen) == [(0, "4", ["calc"]), (1, "hello", [])]
+    assert read == [batch.items[0].session_id]  # the item with a call only
