@@ -170,3 +170,22 @@ def test_index_upto_and_a_clash_writes_nothing(sql):
         assert await store.get_session("ses_clash") is None
 
     asyncio.run(clash())
+
+
+def test_a_call_whose_output_holds_a_nul_is_copied_too(sql):
+    """PostgreSQL's json cannot read a document with an escaped NUL back: the index must not try
+    (such a call is written as an object) — the fork is the same either way."""
+    from we0nb.messages import ToolStateCompleted, ToolTime
+
+    store = sql.fresh()
+    done = ToolStateCompleted(input={"path": "a\x00b"}, output="out\x00put", time=ToolTime(start=1.0, end=2.0),
+                              metadata={"idempotency_key": "key-nul", "attempt": 1})
+    asyncio.run(seed(store, SOURCE, [("write", done)], completed=True))
+    index = asyncio.run(store.session_index(SOURCE))
+    call = index.messages[1].parts[-1]
+    assert call.type == "tool" and call.copyable
+    a, b = asyncio.run(_both(store))
+    assert _rows(sql, a) == _rows(sql, b)
+    fork = asyncio.run(store.load_transcript(a))
+    state = fork.messages[1].tool_parts[0].state
+    assert state.output == "out\x00put" and state.metadata["idempotency_key"] == "key-nul"

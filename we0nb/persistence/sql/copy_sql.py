@@ -18,7 +18,7 @@ whose order it keeps; PostgreSQL: a ``LATERAL`` subquery it cannot flatten). Oth
 may scan the session's rows and, for each, all the renames: seconds for a thousand. The texts
 differ per dialect only in the parameter style, ``instr``/``strpos``, that lookup, how ``rows`` is
 unpacked and how a tool call's key is found (SQLite's ``json_type``; PostgreSQL parses the document
-as ``json`` only when the key's name is in it).
+as ``json`` only when the key's name is in it and no escaped NUL is, which its ``json`` refuses).
 """
 
 from __future__ import annotations
@@ -62,11 +62,15 @@ def copy_statements(dialect: str) -> dict[str, str]:
         rows = ("(SELECT json_extract(value, '$[0]') AS o, json_extract(value, '$[1]') AS n, "
                 "json_extract(value, '$[2]') AS x FROM json_each(:rows)) AS m")
     else:
+        # (a document with an escaped NUL is not parsed: PostgreSQL's json cannot read one back; such a
+        # call is written as an object, exactly as the other path would)
         keyed = ("CASE WHEN p.type <> 'tool' THEN 1 WHEN strpos(p.data, '\"idempotency_key\":') = 0 THEN 0 "
+                 "WHEN strpos(p.data, '\\u0000') > 0 THEN 0 "
                  "WHEN (CAST(p.data AS json) #> '{state,metadata}') ->> 'idempotency_key' IS NOT NULL THEN 1 "
                  "ELSE 0 END")
         rows = ("(SELECT e ->> 0 AS o, e ->> 1 AS n, e ->> 2 AS x "
                 "FROM json_array_elements(CAST(%(rows)s AS json)) AS e) AS m")
+
     def lookup(table: str, t: str) -> str:  # each rename's source row, by its id (a key lookup)
         if sqlite:
             return f"CROSS JOIN {table} {t} WHERE {t}.id = m.o"
