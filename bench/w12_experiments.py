@@ -15,6 +15,7 @@ Nothing is asserted; timings under load are not the machine's.
 from __future__ import annotations
 
 import argparse
+import statistics
 import asyncio
 import os
 import sys
@@ -106,7 +107,7 @@ async def bench_score(runs: int, items: int, concurrency: int) -> None:
             print(f"score run {r}: {wall:.2f} s = {wall / ideal:.2f}x ideal ({ideal:.2f} s), CPU {cpu / items * 1000:.2f} "
                   "ms/item")
     print(f"score sqlite {items} items, concurrency {concurrency}: {spread(walls, 2, 5, ' s')}  "
-          f"ratio median {sorted(walls)[len(walls) // 2] / ideal:.2f}x (bar: 1.25x)")
+          f"ratio median {statistics.median(walls) / ideal:.2f}x (bar: 1.25x)")
     await p.close()
 
 

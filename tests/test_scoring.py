@@ -112,6 +112,28 @@ def test_experiments_df_compares_two_batches_with_intervals(store):
     assert len(fig.axes) == 2
 
 
+def test_experiments_df_cost_is_the_sum_of_the_items_costs_and_nan_when_unknown(store):
+    from we0nb.testing import usage
+
+    def reply(request):  # priced at $1 per million input tokens and $2 per million output: $2 a call
+        return [text("ok"), usage(1_000_000, 500_000)]
+
+    def answered(case) -> bool:
+        return case.text == "ok"
+
+    async def go():
+        for name, price in (("cost_known", (1.0, 2.0)), ("cost_unknown", None)):
+            agent = We0Agent(FunctionModel(reply, price=price), persistence=store)
+            b = await agent.batch(["a", "b", "c"], name=name, progress=False)
+            await b.score([answered], progress=False)
+
+    run(go())
+    df = experiments_df(store, ["cost_known", "cost_unknown"]).set_index("batch")
+    assert df.loc["cost_known", "cost"] == pytest.approx(3 * 2.0)  # the three items' calls, summed
+    assert pd.isna(df.loc["cost_unknown", "cost"])  # an unpriced model: unknown, never 0
+    assert (df["n"] == 3).all() and (df["mean"] == 1.0).all()
+
+
 def test_bootstrap_interval_brackets_the_mean():
     from we0nb.notebook.score_frames import bootstrap_ci
 
@@ -221,3 +243,34 @@ def test_case_has_prompt_text_and_tool_calls(store):
 
     run(go())
     assert seen == [(0, "2+2", "4", ["calc"], None, None)]
+
+
+def test_a_case_without_tool_calls_is_made_without_reading_its_transcript(store, monkeypatch):
+    seen, read = [], []
+
+    def look(case):
+        seen.append((case.item, case.text, case.tool_calls))
+        return True
+
+    def reply(request):  # a tool call for "2+2" only; "hi" is answered at once
+        prompt = next(m.text for m in request.messages if isinstance(m, UserTurn))
+        if prompt == "2+2" and not any(getattr(m, "role", "") == "tool" for m in request.messages):
+            return [tool_call("calc", {"expr": prompt})]
+        return [text("4" if prompt == "2+2" else "hello")]
+
+    async def go():
+        batch = await We0Agent(FunctionModel(reply), tools=[calc], persistence=store).batch(
+            ["2+2", "hi"], name="b_light", progress=False)
+        loads = store.load_transcript
+
+        async def counted(session_id):
+            read.append(session_id)
+            return await loads(session_id)
+
+        monkeypatch.setattr(store, "load_transcript", counted)
+        await batch.score([look], progress=False)
+        return batch
+
+    batch = run(go())
+    assert sorted(seen) == [(0, "4", ["calc"]), (1, "hello", [])]
+    assert read == [batch.items[0].session_id]  # the item with a call only

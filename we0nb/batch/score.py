@@ -229,7 +229,10 @@ async def score_batch(batch: Any, scorers: Any, *, expected: Expected = None, co
     todo = [(it, s) for it, s in pairs if (it.item, s.name) not in done]
     result = ScoreResult(batch.name, skipped=len(pairs) - len(todo), source=batch.agent)
     if todo:
-        await _score(todo, values, ScoringContext(store, batch.name), result, concurrency, progress)
+        # (an item the batch counted no tool call for, run without structured output, has none: its
+        # transcript need not be read — the batch's item already holds its text)
+        await _score(todo, values, ScoringContext(store, batch.name), result, concurrency, progress,
+                     counted=batch.agent.output_type is None)
         await scores.write_scores(result.scored)
     return result
 
@@ -248,8 +251,9 @@ def _scorers(scorers: Any) -> list[Scorer]:
 
 
 async def _score(todo: list[tuple[Any, Scorer]], values: list[Any], context: ScoringContext, result: ScoreResult,
-                 concurrency: int, progress: bool) -> None:
-    """Decide every (item, scorer) of ``todo``, ``concurrency`` at a time, into ``result``."""
+                 concurrency: int, progress: bool, *, counted: bool = False) -> None:
+    """Decide every (item, scorer) of ``todo``, ``concurrency`` at a time, into ``result`` (``counted``:
+    an item's ``tool_calls`` count is every tool call of its session — no output tool to leave out)."""
     bar = _bar(f"{context.batch} (scoring)", len(todo)) if progress else None
     gate = asyncio.Semaphore(concurrency)
     cases: dict[int, "asyncio.Future[Case]"] = {}
@@ -257,7 +261,8 @@ async def _score(todo: list[tuple[Any, Scorer]], values: list[Any], context: Sco
     async def one(it: Any, s: Scorer) -> None:
         async with gate:
             if it.item not in cases:
-                cases[it.item] = asyncio.ensure_future(_case(context.store, it, values[it.item]))
+                cases[it.item] = asyncio.ensure_future(_case(context.store, it, values[it.item],
+                                                             read=not (counted and it.tool_calls == 0)))
             case = await cases[it.item]
             try:
                 got, judge_sid = await s.decide(case, context)
@@ -298,9 +303,12 @@ async def _all(tasks: list["asyncio.Future[None]"]) -> None:
             raise t.exception()  # type: ignore[misc]
 
 
-async def _case(store: Any, it: Any, expected: Any) -> Case:
-    tr = await store.load_transcript(it.session_id)
-    calls = [p.tool for m in tr.messages for p in m.parts if isinstance(p, ToolPart) and not p.is_output]
+async def _case(store: Any, it: Any, expected: Any, *, read: bool = True) -> Case:
+    """The case of item ``it``; its tool calls read from its transcript (``read=False``: it has none)."""
+    calls: list[str] = []
+    if read:
+        tr = await store.load_transcript(it.session_id)
+        calls = [p.tool for m in tr.messages for p in m.parts if isinstance(p, ToolPart) and not p.is_output]
     output = None
     if it.output is not None:
         try:

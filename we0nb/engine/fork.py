@@ -13,22 +13,27 @@ so its key (:func:`~we0nb._ids.call_key`) differs from every call of the source.
 Everything goes through :class:`~we0nb.persistence.base.SessionStore` (one ``commit``, the new
 session's row first), under the new session's lease: any store that passes the conformance suite
 can be forked, and a fork of a session that is running copies what is persisted at that instant.
+A store with :class:`~we0nb.persistence.copies.CopyStore` (SQL) is read through a light index
+instead, and copies the messages that change only their ids itself (in the database, documents
+never loaded); the engine still decides everything and writes the others (an unfinished message,
+a call without its key) as objects, in the same transaction.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from .._ids import new_id, new_ids, now
 from ..messages import (UNFINISHED_MESSAGE, UNFINISHED_REASON, AssistantMessage, MessageError, MessageTime,
                         MessageWithParts, Part, Session, SessionTime, ToolPart, snapshot)
 from ..models.view import dump_view
-from ..persistence.base import Persistence, Write
+from ..persistence.base import Lease, MessageInfo, Persistence, Write
+from ..persistence.copies import CopyStore, IndexedMessage, Rename
 from .executor import interrupted, key_of
 from .history import convert
 from .recovery import plan_recovery
 from .request import check_session_id
-from .revert import visible_messages
+from .revert import hides, visible_messages
 
 __all__ = ["fork_session"]
 
@@ -48,39 +53,93 @@ async def fork_session(persistence: Persistence, session_id: str, *, at: Optiona
     if target == session_id:
         raise ValueError(f"fork(new_session_id=...): {target!r} is the session being forked; "
                          "pass a new id (or none: one is made).")
-    source = await persistence.load_transcript(session_id)
-    if source.session is None:
+    copier = persistence if isinstance(persistence, CopyStore) else None
+    kept: list[IndexedMessage] = []
+    copied: list[MessageWithParts] = []
+    if copier is not None:
+        index = await copier.session_index(session_id, at)  # (the messages after ``at`` are not read)
+        source_session = index.session if index is not None else None
+        if index is not None:
+            rev = index.session.revert
+            visible = [m for m in index.messages if not hides(rev, m.id, m.created)]
+            kept = visible[:_count([m.id for m in visible], [m.id for m in index.messages], session_id, at)]
+    else:
+        source = await persistence.load_transcript(session_id)
+        source_session = source.session
+        if source_session is not None:
+            visible_objects = visible_messages(source_session, source.messages)
+            copied = visible_objects[:_count([m.info.id for m in visible_objects],
+                                             [m.info.id for m in source.messages], session_id, at)]
+    if source_session is None:
         raise ValueError(f"fork(): session {session_id!r} does not exist in this store.")
-    copied = _upto(source.session, source.messages, session_id, at)
-    lease = await persistence.acquire_lease(target, new_id("run"))
+    lease, existing = await persistence.lease_and_session(target, new_id("run"))
     try:
-        if await persistence.get_session(target) is not None:
+        if existing is not None:
             raise ValueError(f"fork(new_session_id=...): session {target!r} exists already; pass a new id.")
         t = now()
-        session = Session(id=target, title=source.session.title, time=SessionTime(created=t, updated=t),
+        session = Session(id=target, title=source_session.title, time=SessionTime(created=t, updated=t),
                           forked_from=session_id, forked_at=at)
-        writes = _copy(copied, target, persistence.keeps_views)
-        await persistence.commit(writes, lease=lease, session=session)
+        if copier is not None:
+            await _copy_in_store(copier, session_id, kept, session, lease, persistence.keeps_views)
+        else:
+            await persistence.commit(_copy(copied, target, persistence.keeps_views), lease=lease, session=session)
         await persistence.flush()
     finally:
         await lease.release()
     return target
 
 
-def _upto(session: Session, messages: list[MessageWithParts], session_id: str,
-          at: Optional[str]) -> list[MessageWithParts]:
-    """The visible messages up to and including ``at``."""
-    visible = visible_messages(session, messages)
+def _count(visible: list[str], every: list[str], session_id: str, at: Optional[str]) -> int:
+    """How many of the ``visible`` messages (ids, in order) the copy takes: up to and including ``at``."""
     if at is None:
-        return visible
-    for i, m in enumerate(visible):
-        if m.info.id == at:
-            return visible[:i + 1]
-    if any(m.info.id == at for m in messages):
+        return len(visible)
+    for i, mid in enumerate(visible):
+        if mid == at:
+            return i + 1
+    if at in every:
         raise ValueError(f"fork(at=...): message {at!r} of session {session_id!r} is hidden by a revert; "
                          "fork at a visible message (or unrevert the session first).")
     raise ValueError(f"fork(at=...): message {at!r} is not in session {session_id!r}; pass the id of one of "
                      "its messages (see agent.transcript(session_id)).")
+
+
+def _as_object(m: IndexedMessage) -> bool:
+    """Whether the copy changes message ``m`` beyond its ids, so it is loaded and written as an
+    object: it is unfinished (:func:`~we0nb.messages.is_unfinished`'s two signals: a fork closes
+    it), a call of it has no key written (:func:`_keyed`), or the store cannot copy a row of it."""
+    if not m.copyable:
+        return True
+    assistant = m.role == "assistant"
+    if assistant and not m.completed:
+        return True
+    return any(not p.copyable or not p.keyed or (assistant and p.status in ("pending", "running"))
+               for p in m.parts)
+
+
+async def _copy_in_store(store: CopyStore, source: str, kept: list[IndexedMessage], session: Session,
+                         lease: Lease, views: bool) -> None:
+    """The copy through :class:`~we0nb.persistence.copies.CopyStore`: the messages that change only
+    their ids copied in the store; the others (:func:`_as_object`) loaded, closed and written as
+    :func:`_copy` writes them; new ids in the same order; one transaction."""
+    as_object = [_as_object(m) for m in kept]
+    objects = [m.id for m, o in zip(kept, as_object) if o]
+    loaded = {m.info.id: m for m in await store.load_messages(source, objects)} if objects else {}
+    # (a message loaded as an object that is gone meanwhile is not copied)
+    order = [(m, loaded.get(m.id)) for m, o in zip(kept, as_object) if not o or m.id in loaded]
+    names = iter(new_ids([k for m, obj in order
+                          for k in ("msg", *("prt",) * len(obj.parts if obj is not None else m.parts))]))
+    renamed: dict[str, str] = {}
+    messages: list[Rename] = []
+    parts: list[Rename] = []
+    writes: list[Write] = []
+    for m, obj in order:
+        mid = renamed[m.id] = next(names)
+        if obj is None:
+            messages.append((m.id, mid, None if m.parent_id is None else renamed.get(m.parent_id, m.parent_id)))
+            parts.extend((p.id, next(names), mid) for p in m.parts)
+        else:
+            writes.append(_copy_message(obj, mid, names, session.id, renamed, views))
+    await store.copy_rows(source, session.id, messages, parts, writes, session=session, lease=lease)
 
 
 def _copy(messages: list[MessageWithParts], target: str, views: bool) -> list[Write]:
@@ -93,20 +152,28 @@ def _copy(messages: list[MessageWithParts], target: str, views: bool) -> list[Wr
     infos: list[Write] = []
     parts: list[Part] = []
     for m in messages:
-        closed = _closed(m) if m.info.role == "assistant" else m
-        mid = next(names)
-        renamed[m.info.id] = mid
-        update: dict[str, Any] = {"id": mid, "session_id": target}
-        parent = getattr(closed.info, "parent_id", None)
-        if parent is not None:
-            update["parent_id"] = renamed.get(parent, parent)
-        info = _with(closed.info, update)
-        own: list[Part] = [_with(_keyed(p), {"id": next(names), "session_id": target, "message_id": mid})
-                           for p in closed.parts]
+        info, own, view = _copy_message(m, next(names), names, target, renamed, views)
         parts.extend(own)
-        view = dump_view(convert(MessageWithParts.model_construct(info=info, parts=own))) if views else None
         infos.append((info, (), view))
     return [(None, parts, None), *infos] if parts else infos
+
+
+def _copy_message(m: MessageWithParts, mid: str, names: Iterator[str], target: str, renamed: dict[str, str],
+                  views: bool) -> tuple[MessageInfo, list[Part], Optional[str]]:
+    """Message ``m`` as the copy writes it: id ``mid``, its parts' ids from ``names``, its parent
+    renamed (``renamed``: the ids given so far, to which ``m``'s is added), closed as a fork closes
+    it; with its model view when the store keeps ``views``."""
+    closed = _closed(m) if m.info.role == "assistant" else m
+    renamed[m.info.id] = mid
+    update: dict[str, Any] = {"id": mid, "session_id": target}
+    parent = getattr(closed.info, "parent_id", None)
+    if parent is not None:
+        update["parent_id"] = renamed.get(parent, parent)
+    info = _with(closed.info, update)
+    own: list[Part] = [_with(_keyed(p), {"id": next(names), "session_id": target, "message_id": mid})
+                       for p in closed.parts]
+    view = dump_view(convert(MessageWithParts.model_construct(info=info, parts=own))) if views else None
+    return info, own, view
 
 
 def _with(m: Any, fields: dict[str, Any]) -> Any:

@@ -25,7 +25,7 @@ from ..messages import MessageWithParts, Session, SessionRevert, Transcript
 from ..persistence.base import MessageInfo, Persistence
 from .request import check_session_id
 
-__all__ = ["MarkedMessage", "is_hidden", "hidden_ids", "visible_messages", "mark_transcript",
+__all__ = ["MarkedMessage", "is_hidden", "hides", "hidden_ids", "visible_messages", "mark_transcript",
            "revert_session", "unrevert_session"]
 
 
@@ -37,9 +37,14 @@ class MarkedMessage(MessageWithParts):
 
 def is_hidden(revert: Optional[SessionRevert], info: MessageInfo) -> bool:
     """Whether ``revert`` hides the message ``info``."""
+    return hides(revert, info.id, info.time.created)
+
+
+def hides(revert: Optional[SessionRevert], message_id: str, created: float) -> bool:
+    """Whether ``revert`` hides the message ``message_id`` created at ``created``: the rule, once."""
     if revert is None:
         return False
-    return info.id >= revert.message_id and info.time.created <= revert.time
+    return message_id >= revert.message_id and created <= revert.time
 
 
 def hidden_ids(session: Optional[Session], messages: Sequence[MessageWithParts]) -> list[str]:

@@ -18,6 +18,9 @@ in another (two ``%%we0`` cells in a row queue), and an older panel's Resume is 
 once a newer one runs the session. Resume first reads the store: a session whose turn is
 over is not run again.
 
+Below them, a **Fork here** row (:mod:`we0nb.notebook.fork_box`): pick a message of the session
+and fork it there (``agent.fork``; nothing runs), to ask a what-if in another panel.
+
 A run that ends with calls awaiting a person's decision (``result == "approval"``), or a
 panel opened on a session whose calls await one (after a kernel restart, say), shows one
 row per call with Approve / Deny (:mod:`we0nb.notebook.approvals`); when no call is left
@@ -35,6 +38,7 @@ from typing import Any, Callable, Optional
 
 from . import clicks
 from .approvals import ApprovalBox
+from .fork_box import ForkBox
 from .part_text import effects_sentence
 from .live import LiveView, _in_kernel, ipython_display
 
@@ -118,7 +122,8 @@ class RunPanel:
         self.controls = W.HBox([self.abort_button, self.resume_button, self.status_label],
                                layout=W.Layout(align_items="center", width="100%"))
         self.approvals = ApprovalBox(self)
-        self.widget = W.VBox([self.controls, self.approvals.widget], layout=W.Layout(width="100%"))
+        self.forks = ForkBox(self)
+        self.widget = W.VBox([self.controls, self.approvals.widget, self.forks.widget], layout=W.Layout(width="100%"))
         self.widget.add_class("we0-panel")
         self.abort_button.on_click(self._on_abort_click)
         self.resume_button.on_click(self._on_resume_click)
@@ -189,6 +194,7 @@ class RunPanel:
         self.detail = detail
         running = status == "running"
         self.abort_button.disabled = not running
+        self.forks.set_busy(running)
         self.resume_button.disabled = (running or self._superseded or self.session_id is None
                                        or status not in ("aborted", "needs resume", "failed"))
         line = self.status_text().split("\n", 1)[0]
@@ -200,6 +206,8 @@ class RunPanel:
         if self.session_id is None or self.status == "running":
             return self.status
         t = await self.agent.transcript(self.session_id)
+        if t.session is not None:
+            self.forks.show_messages(list(t.messages))
         if t.session is not None and self.status == "idle":
             if t.pending_approvals:
                 self.view.status = "approval"  # (its badge then says what the panel says: awaiting approval)
@@ -241,6 +249,11 @@ class RunPanel:
         """What the Deny button does: record the denial (the model is told ``reason``) and resume
         once no call is left undecided. The stored call."""
         return await self.approvals.decide(call_id, False, reason=reason)
+
+    async def fork(self, at: Optional[str] = None, new_session_id: Optional[str] = None) -> str:
+        """What the Fork here button does: ``agent.fork`` of this session at message ``at`` (default:
+        the one chosen in the row; the last). Nothing runs. The new session's id."""
+        return await self.forks.fork(at, new_session_id)
 
     def _siblings(self) -> list["RunPanel"]:
         """Other panels on the same session and store."""
@@ -345,6 +358,10 @@ class RunPanel:
         else:
             effects = effects_sentence(p for t in self.view.turns for p in t.parts)
             self._set_status("finished", f"{result.steps} step(s)" + (f" · {effects}" if effects else ""))
+        try:
+            await self.forks.refresh()  # (the messages a fork may start from, this run's included)
+        except Exception as exc:  # the store cannot be read now: the row says so, the run's outcome stands
+            self.forks.say(f"cannot list the messages: {exc}", error=True)
         return result
 
     def _done(self, task: asyncio.Task) -> None:
@@ -385,7 +402,8 @@ class RunPanel:
         return self.result
 
     def _resend_widgets(self) -> None:
-        for w in (self.abort_button, self.resume_button, self.status_label, self.approvals.widget):
+        for w in (self.abort_button, self.resume_button, self.status_label, self.approvals.widget,
+                  self.forks.picker, self.forks.fork_button, self.forks.message, self.forks.widget):
             try:
                 w.send_state()
             except Exception:  # no kernel comm (tests without a front end)

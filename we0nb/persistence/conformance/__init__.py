@@ -2,10 +2,11 @@
 
 In the spirit of LangGraph's ``checkpoint-conformance``: each check belongs to a capability of
 the port (:mod:`we0nb.persistence.base`) and runs only on a store that has it — sessions and
-transcripts, the session lease, the batch queue, the frames' column reads, the scores — so a third-party
+transcripts, the session lease, the batch queue, the frames' column reads, the scores, copies made
+in the store (what makes a fork cheap) — so a third-party
 store declares what it is by the capabilities it implements, and passes the checks of those.
-MemoryPersistence and SqlPersistence (SQLite inline and through aiosqlite, PostgreSQL through
-psycopg and through SQLAlchemy) pass them all (``tests/test_store_conformance.py``).
+MemoryPersistence (which has no copies) and SqlPersistence (SQLite inline and through aiosqlite,
+PostgreSQL through psycopg and through SQLAlchemy) pass them all (``tests/test_store_conformance.py``).
 
 Run them all at once::
 
@@ -38,14 +39,14 @@ import inspect
 import traceback
 from typing import Any, Awaitable, Callable, Optional, Union
 
-from . import batch_checks, column_checks, lease_checks, score_checks, session_checks
+from . import batch_checks, column_checks, copy_checks, lease_checks, score_checks, session_checks
 from .harness import CAPABILITIES, Check, ExpireLease, Harness, Report
 
 __all__ = ["Harness", "Check", "CHECKS", "Report", "validate", "CAPABILITIES"]
 
 #: every check, in the order :func:`validate` runs them
 CHECKS: list[Check] = [*session_checks.CHECKS, *lease_checks.CHECKS, *batch_checks.CHECKS, *column_checks.CHECKS,
-                       *score_checks.CHECKS]
+                       *score_checks.CHECKS, *copy_checks.CHECKS]
 
 
 async def validate(make: Callable[[], Any], *, expire_lease: Optional[ExpireLease] = None,

@@ -11,13 +11,14 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Union
 from ..base import LeaseStore, SessionStore
 from ..batches import BatchQueue
 from ..columns import ColumnReads
+from ..copies import CopyStore
 from ..scores import ScoreStore
 
 __all__ = ["Harness", "Check", "Report", "CAPABILITIES", "ExpireLease", "check", "expect", "equal", "raises"]
 
 #: capability name → the protocol a store has it by
 CAPABILITIES: dict[str, type] = {"sessions": SessionStore, "leases": LeaseStore, "batches": BatchQueue,
-                                 "columns": ColumnReads, "scores": ScoreStore}
+                                 "columns": ColumnReads, "scores": ScoreStore, "copies": CopyStore}
 
 ExpireLease = Callable[[str], Union[None, Awaitable[None]]]
 

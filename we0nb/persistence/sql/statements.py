@@ -31,6 +31,7 @@ from sqlalchemy import (Float, and_, bindparam, case, cast, column, delete, extr
 from sqlalchemy.dialects import postgresql, sqlite
 
 from . import tables as S
+from .copy_sql import copy_statements
 
 __all__ = ["Stmt", "compiled", "session_row", "message_row", "part_row"]
 
@@ -95,6 +96,15 @@ BATCH_COSTS = Stmt("batch_costs")
 SCORE_UPSERT = Stmt("score_upsert")
 SCORE_LIST = Stmt("score_list")
 SCORE_LIST_BY = Stmt("score_list_by")
+# a session's rows copied inside the database (copies.py; their text: copy_sql.py)
+COPY_MESSAGE_INDEX = Stmt("message_index")
+COPY_PART_INDEX = Stmt("part_index")
+COPY_MESSAGE_INDEX_UPTO = Stmt("message_index_upto")
+COPY_PART_INDEX_UPTO = Stmt("part_index_upto")
+COPY_PARTS = Stmt("copy_parts")
+COPY_MESSAGES = Stmt("copy_messages")
+_COPIES = (COPY_MESSAGE_INDEX, COPY_PART_INDEX, COPY_MESSAGE_INDEX_UPTO, COPY_PART_INDEX_UPTO, COPY_PARTS,
+           COPY_MESSAGES)
 
 
 # --------------------------------------------------------------------------- rows
@@ -345,4 +355,6 @@ def compiled(dialect: str) -> dict[Stmt, str]:
     out: dict[Stmt, str] = {}
     for key, (stmt, sets) in _constructs(insert, dialect).items():
         out[key] = str(stmt.compile(dialect=d, column_keys=sets))
+    texts = copy_statements(dialect)  # (written as SQL text: string surgery, not Core constructs)
+    out.update({key: texts[key.name] for key in _COPIES})
     return out

@@ -23,6 +23,7 @@ The package, one concern per module:
 * ``records.py`` — rows back into objects, naming corrupt records;
 * ``errors.py`` — driver errors as :class:`~we0nb.PersistenceError`;
 * ``columns.py``, ``sources.py`` — the frames' column reads;
+* ``copies.py``, ``copy_sql.py`` — a session's rows copied under new ids in the database (a fork);
 * ``store.py`` — this class, mapping the port's capabilities onto them.
 
 SQLite runs in WAL mode with ``synchronous=NORMAL`` (``"FULL"`` on request); a write that
@@ -42,14 +43,16 @@ from typing import Any, Optional, Sequence, Union
 from sqlalchemy.engine import URL, Engine
 
 from ...errors import CorruptRecordError
-from ...messages import Session, Transcript
+from ...messages import MessageWithParts, Session, Transcript
 from ...models.base import ModelMessage
 from ...models.view import load_views
 from ..base import Lease, Persistence, RecentHistory, Write, recent_start
 from ..batches import BatchInfo, BatchItem, BatchQueue, ItemCost, ItemEnd, NewItem
 from ..columns import ColumnReader, ColumnReads
+from ..copies import CopyStore, Rename, SessionIndex
 from . import statements as q
 from .batches import SqlBatchQueue
+from .copies import SqlCopies
 from .database import database_for, sqlite_target
 from .driver import Driver, Op
 from .engine import AsyncEngines
@@ -66,7 +69,7 @@ __all__ = ["SqlPersistence"]
 log = logging.getLogger("we0nb.persistence.sql")
 
 
-class SqlPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
+class SqlPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore, CopyStore):
     """Sessions, messages and parts in SQL: ``SqlPersistence("sqlite:///we0.db")``.
 
     ``url_or_engine``: a SQLAlchemy URL (``sqlite:///file.db``, ``postgresql://user@host/db``;
@@ -124,6 +127,7 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
         self._leases = SqlLeases(self, self._db, float(lease_ttl), renew)
         self._batches = SqlBatchQueue(self._db)
         self._scores = SqlScores(self._db)
+        self._copies = SqlCopies(self._db, db.where)
 
     # ------------------------------------------------------------------ public helpers
 
@@ -189,13 +193,7 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
                      session: Optional[Session] = None) -> None:
         """One transaction; with ``lease``, its renewal first — no row changed means another run
         holds the session: nothing is written and :class:`~we0nb.LeaseLostError` is raised."""
-        ops: list[Op] = [(q.UPSERT_SESSION, [session_row(session)])] if session is not None else []
-        for message, parts, view in writes:
-            if parts:
-                _add(ops, q.UPSERT_PART, [part_row(p) for p in parts])
-            if message is not None:
-                # after the parts: writing a part drops its message's view (a trigger)
-                _add(ops, q.UPSERT_MESSAGE, [message_row(message, view)])
+        ops = _write_ops(writes, session)
         if lease is None:
             if ops:
                 await self._db.commit(ops, None, crowded=False)
@@ -260,6 +258,24 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
         """Close connections (they reopen on the next use); nothing waits on the event loop."""
         await self._db.close()
         self._database.dispose()
+
+    # ------------------------------------------------------------------ copies (we0nb.persistence.copies)
+
+    async def session_index(self, session_id: str, upto: Optional[str] = None) -> Optional[SessionIndex]:
+        return await self._copies.session_index(session_id, upto)
+
+    async def load_messages(self, session_id: str, message_ids: Sequence[str]) -> list[MessageWithParts]:
+        return await self._copies.load_messages(session_id, message_ids)
+
+    async def copy_rows(self, source: str, target: str, messages: Sequence[Rename], parts: Sequence[Rename],
+                        writes: Sequence[Write], *, session: Session, lease: Lease) -> None:
+        """One transaction, after the lease's renewal (no row changed: another run holds ``target``,
+        nothing is written and :class:`~we0nb.LeaseLostError` is raised)."""
+        lease.check()
+        ops = [*_write_ops((), session), *self._copies.copy_ops(source, target, messages, parts),
+               *_write_ops(writes, None)]
+        if not await self._db.transaction(ops, self._leases.guard(lease)):
+            raise lease.mark_lost(await self._leases.holder(lease.session_id))
 
     # ------------------------------------------------------------------ the session lease (lease.py)
 
@@ -327,6 +343,18 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
 
     async def read_scores(self, batch: str, scorer: Optional[str] = None) -> list[ScoreRecord]:
         return await self._scores.read_scores(batch, scorer)
+
+
+def _write_ops(writes: Sequence[Write], session: Optional[Session]) -> list[Op]:
+    """A commit's statements: the session's row, then each write's parts and message."""
+    ops: list[Op] = [(q.UPSERT_SESSION, [session_row(session)])] if session is not None else []
+    for message, parts, view in writes:
+        if parts:
+            _add(ops, q.UPSERT_PART, [part_row(p) for p in parts])
+        if message is not None:
+            # after the parts: writing a part drops its message's view (a trigger)
+            _add(ops, q.UPSERT_MESSAGE, [message_row(message, view)])
+    return ops
 
 
 def _add(ops: list[Op], stmt: Any, rows: list[Any]) -> None:
