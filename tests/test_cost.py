@@ -106,6 +106,8 @@ def test_openai_chat_model_is_priced_by_its_model_id_as_openai_whatever_its_base
                                                          cache_read_tokens=200, output_tokens=300))
 
 
+
+
 def test_a_call_that_reported_no_usage_has_no_known_cost() -> None:
     assert call_cost(ScriptedModel([], price=(1, 1)), None) is None
 
@@ -120,6 +122,24 @@ class RawModel(Model):
     async def stream(self, request: Any) -> AsyncIterator[Any]:
         for ev in self.steps[request.turn_steps]:
             yield ev
+
+
+def test_a_call_that_reported_no_usage_has_no_known_cost() -> None:
+    assert call_cost(ScriptedModel([], price=(1, 1)), None) is None
+
+
+async def test_a_priced_call_whose_provider_counted_no_token_costs_none_not_zero() -> None:
+    """A finish without usage leaves every count at 0: the price is known, the usage is not,
+    so the cost is unknown (SPEC §13: never 0 for unknown), and so is the run's."""
+    model = RawModel([[ToolCallEvent("c1", "look", {"q": "a"}), FinishEvent("tool-calls")],
+                      [TextDelta("done"), FinishEvent("stop", Usage(input_tokens=100, output_tokens=10))]],
+                     price=(1.0, 1.0))
+    agent = We0Agent(model, tools=[look])
+    result = await agent.invoke(messages=[user_message("go")])
+    steps = [m.info for m in (await agent.transcript(result.session_id)).messages if m.info.role == "assistant"]
+    assert call_cost(model, Usage()) is None and call_cost(model, Usage(output_tokens=1)) == pytest.approx(1e-6)
+    assert steps[0].cost is None and steps[1].cost == pytest.approx(110 / 1e6)
+    assert result.cost is None
 
 
 async def test_a_step_without_a_finish_event_makes_the_runs_cost_unknown() -> None:

@@ -307,14 +307,14 @@ async def test_a_compactions_summary_call_is_a_chat_span_too(traced) -> None:
 
 
 async def test_a_batch_is_one_span_with_its_items_runs_as_children(traced) -> None:
-    model = ScriptedModel([[tool_call("look", {"q": "a"})], [text("x")]] * 3, price=(1.0, 1.0))
+    model = ScriptedModel([[tool_call("look", {"q": "a"}), usage(10, 2)], [text("x"), usage(20, 1)]] * 3, price=(1.0, 1.0))
     agent = We0Agent(model, tools=[look], tracer_provider=traced.provider)
     batch = await agent.batch(["a", "b", "c"], name="nightly", concurrency=2, progress=False)
     (b,) = [s for s in traced.spans if (s.attributes or {}).get("gen_ai.operation.name") == "invoke_workflow"]
     assert b.name == "invoke_workflow nightly" and b.parent is None
     a = attrs(b)
     assert a["we0nb.batch.name"] == "nightly" and a["we0nb.batch.items"] == 3 and a["we0nb.batch.stop"] == 3
-    assert a["gen_ai.usage.cost"] == pytest.approx(batch.cost)
+    assert batch.cost == pytest.approx(3 * 33 / 1e6) and a["gen_ai.usage.cost"] == pytest.approx(batch.cost)
     runs = traced.named("invoke_agent")
     assert len(runs) == 3 and all(parent_of(r) == b.context.span_id for r in runs)
     assert sorted(attrs(r)["gen_ai.conversation.id"] for r in runs) == sorted(batch.df["session_id"])

@@ -100,8 +100,10 @@ def _load() -> None:
 
 def call_cost(model: Any, usage: Optional[Usage], when: Optional[float] = None) -> Optional[float]:
     """The cost in USD of one call of ``model`` that reported ``usage`` (None: it reported
-    none); ``when`` (epoch seconds) picks the price in force then. None when unknown."""
-    if usage is None:
+    none); ``when`` (epoch seconds) picks the price in force then. None when unknown: also
+    when the call counted no token at all, which means its provider reported no usage (a
+    real call always reads its prompt), so its cost is unknown, not $0."""
+    if usage is None or not (usage.input_tokens or usage.output_tokens):
         return None
     price = getattr(model, "price", None)
     if price is not None:
