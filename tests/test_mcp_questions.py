@@ -219,3 +219,39 @@ async def test_progress_is_shown_while_the_call_runs_and_a_flood_is_coalesced(tm
     assert took < 0.2 and late < 0.5
     assert 1 <= len(progress_events) < 400
     assert progress_events[-1]["part"].state.metadata["progress"]["progress"] == 9999
+
+
+async def test_the_panel_shows_a_form_built_from_the_schema_and_answers_it(tmp_path: Path) -> None:
+    from we0nb.notebook import RunPanel
+
+    class Handle:
+        def update(self, bundle):
+            pass
+
+    ledger = tmp_path / "ledger"
+    async with We0Agent(ask_model(), tools=[stdio_server(ledger, elicitation="ask")]) as agent:
+        panel = RunPanel(agent, session_id="p", display=lambda b: Handle())
+        panel.start("go")
+        t_end = time.monotonic() + 30
+        while not panel.questions.rows:
+            assert time.monotonic() < t_end, "no question row"
+            await asyncio.sleep(0.02)
+        (row,) = panel.questions.rows
+        assert [(f.name, f.kind, f.required, f.default) for f in row.fields] == [
+            ("name", "string", True, None), ("count", "integer", False, 3)]
+        assert row.inputs["name"].value == "" and row.inputs["count"].value == "3"  # defaults applied
+        assert "What shall I order?" in row.info.value
+        # a click on Accept with a form that does not fit: the reason in the row, nothing sent
+        row.buttons["accept"].click()
+        await await_until(lambda: "required property" in row.message.value, what="the refusal")
+        row.inputs["name"].value = "tea"
+        row.inputs["count"].value = "many"
+        row.buttons["accept"].click()
+        await await_until(lambda: "not a whole number" in row.message.value, what="the refusal")
+        assert entries(ledger, "ask") == [] and row.answered is None
+        row.inputs["count"].value = "2"
+        row.buttons["accept"].click()
+        result = await asyncio.wait_for(panel.wait(), 30)
+    assert result.result == "stop" and row.answered == "accept"
+    assert entries(ledger, "ask")[0]["data"] == {"name": "tea", "count": 2}
+    assert "sent to the server" in row.message.value
