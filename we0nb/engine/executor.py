@@ -212,7 +212,10 @@ class ToolExecutor:
         job = asyncio.ensure_future(definition.call(kwargs, self.context(tp, meta["attempt"], updates)))
         job.add_done_callback(updates.poke)
         try:
-            while await state.scope.wait(updates.watch(job)):
+            while True:
+                state.scope.check()  # (an abort while the last update was shown: it was not blocked then)
+                if not await state.scope.wait(updates.watch(job)):
+                    break
                 await updates.take()
                 yield {"type": "tool", "part": state.snap(tp)}
         except BaseException:
