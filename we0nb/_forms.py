@@ -62,7 +62,10 @@ def check_form_answer(schema: Mapping[str, Any], content: Optional[Mapping[str, 
     """``content`` with the defaults applied, once it matches the schema (else ValueError why)."""
     if content is not None and not isinstance(content, Mapping):
         raise ValueError(f"the answer must be an object (a dict of the form's fields), not {type(content).__name__}")
-    filled = {**form_defaults(schema), **dict(content or {})}
+    merged = {**form_defaults(schema), **dict(content or {})}
+    props = schema.get("properties") if isinstance(schema, Mapping) else None
+    order = [k for k in props if k in merged] if isinstance(props, Mapping) else []
+    filled = {**{k: merged[k] for k in order}, **merged}  # (the schema's order, then anything else)
     check_form_schema(schema)
     from jsonschema import validators
     from jsonschema.exceptions import best_match
@@ -93,8 +96,8 @@ def form_fields(schema: Mapping[str, Any]) -> list[FormField]:
             names = p.get("enumNames")
             labels = tuple(str(n) for n in names) if isinstance(names, list) and len(names) == len(options) \
                 else tuple(str(o) for o in options)
-        elif isinstance(p.get("oneOf") or p.get("anyOf"), list):
-            choices = [c for c in (p.get("oneOf") or p.get("anyOf")) if isinstance(c, Mapping) and "const" in c]
+        elif isinstance(one_of := p.get("oneOf") or p.get("anyOf"), list):
+            choices = [c for c in one_of if isinstance(c, Mapping) and "const" in c]
             options = tuple(c["const"] for c in choices)
             labels = tuple(str(c.get("title", c["const"])) for c in choices)
         out.append(FormField(name=str(name), kind="enum" if options else str(kind), title=str(p.get("title") or name),

@@ -36,8 +36,8 @@ async def call_once(server: Any, session: Any, name: str, arguments: dict[str, A
         last[:] = [event]
         if updates is not None:
             updates.progress(event.as_metadata())
-        if call is not None and call.scope is not None and server.reset_timeout_on_progress \
-                and call.scope.deadline != float("inf"):
+        if call is not None and call.scope is not None and call.timeout is not None \
+                and server.reset_timeout_on_progress and call.scope.deadline != float("inf"):
             call.scope.deadline = anyio.current_time() + call.timeout
         if server.on_progress is not None:
             try:

@@ -207,7 +207,7 @@ def _running_note(part: Any) -> str:
     out = []
     progress = meta.get("progress")
     said = progress_text(progress)
-    if said:
+    if said and isinstance(progress, dict):
         done, total = progress.get("progress"), progress.get("total")
         bar = ""
         if isinstance(done, (int, float)) and isinstance(total, (int, float)) and total:

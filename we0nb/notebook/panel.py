@@ -31,7 +31,7 @@ import html
 import threading
 import time
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 from . import clicks
 from .approvals import ApprovalBox
@@ -350,7 +350,7 @@ class RunPanel:
             self._set_status("finished", f"{result.steps} step(s)" + (f" · {effects}" if effects else ""))
         return result
 
-    async def _watch(self, stream: Any) -> Any:
+    async def _watch(self, stream: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         """The run's events, each ``tool`` event also shown to the question rows (an MCP server's
         question becomes a form; an answered one is closed)."""
         try:

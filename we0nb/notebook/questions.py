@@ -16,6 +16,7 @@ their value when they lose focus (``continuous_update=False``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import html
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -74,9 +75,9 @@ class QuestionRow:
         self.message.add_class("we0-question-message")
         for action, b in self.buttons.items():
             b.add_class(f"we0-question-{action}")
-            b.on_click(lambda _b, a=action: self._click(a))
+            b.on_click(functools.partial(self._on_click, action))
             if clicks.install():
-                clicks.register(b.model_id, lambda header, a=action: self._on_message(a))
+                clicks.register(b.model_id, functools.partial(self._on_message, action))
         self.widget = W.VBox([self.info, *self.inputs.values(),
                               W.HBox([*self.buttons.values(), self.message],
                                      layout=W.Layout(align_items="center", width="100%"))],
@@ -133,10 +134,10 @@ class QuestionRow:
         for b in self.buttons.values():
             clicks.unregister(b.model_id)
 
-    def _on_message(self, action: str) -> None:
+    def _on_message(self, action: str, header: dict) -> None:
         self.box.schedule(self, action)
 
-    def _click(self, action: str) -> None:
+    def _on_click(self, action: str, _button: Any = None) -> None:
         if clicks.handled(clicks.current_click_header()):
             return  # already answered when the message arrived (ipykernel 6)
         self.box.schedule(self, action)
