@@ -119,7 +119,10 @@ class CallUpdates:
             if self.awaiting() is not None:
                 delay = POLL_EVERY if delay is None else min(delay, POLL_EVERY)
             try:
-                await asyncio.wait_for(asyncio.shield(wake), delay)
+                if delay is None:
+                    await wake  # (a fresh future each time: cancelling it with the run loses nothing)
+                else:
+                    await asyncio.wait_for(wake, delay)
             except asyncio.TimeoutError:
                 if self.awaiting() is not None and "progress" not in self._dirty:
                     await self._poll()
