@@ -14,6 +14,10 @@ user gave a way to honour it:
   ``request.decline()`` or ``request.cancel()`` (a plain dict means accept). A form answer
   is checked against the requested schema, with its defaults applied (SEP-1034); an answer
   that does not match is not sent: the server gets ``cancel`` and the reason is logged.
+  ``elicitation="ask"`` (or ``fn`` returning None) leaves the question to a person: it is
+  stored with the running call and answered from the notebook's panel, from code or from the
+  CLI (:mod:`we0nb.engine.questions`); the run waits for it, and the wait does not count
+  against ``timeout``.
   Without ``elicitation=`` the capability is not declared, and a server that asks anyway
   is answered with an error at once (nothing waits for a person who is not there).
 - ``roots=[folder, ...]``: declares the roots capability; ``server.set_roots([...])``
