@@ -255,3 +255,17 @@ async def test_the_panel_shows_a_form_built_from_the_schema_and_answers_it(tmp_p
     assert result.result == "stop" and row.answered == "accept"
     assert entries(ledger, "ask")[0]["data"] == {"name": "tea", "count": 2}
     assert "sent to the server" in row.message.value
+
+
+async def test_a_question_with_no_run_to_keep_it_is_cancelled_at_once(tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    ledger = tmp_path / "ledger"
+    with caplog.at_level(logging.WARNING, logger="we0nb.mcp"):
+        async with stdio_server(ledger, elicitation="ask") as server:  # called directly: no run watches it
+            value = await asyncio.wait_for(server.call_tool("ask", {"question": "Now?"}), 30)
+    assert [e["action"] for e in entries(ledger, "ask")] == ["cancel"] and "cancel" in str(value)
+    assert any("no call of a run is under way" in r.getMessage() for r in caplog.records)
+    with pytest.raises(TypeError, match="expected 'ask'"):
+        stdio_server(ledger, elicitation="always")
