@@ -203,6 +203,12 @@ async def test_progress_is_shown_while_the_call_runs_and_a_flood_is_coalesced(tm
         task = asyncio.create_task(run())
         await await_until(lambda: any(e.get("event") == "sent" for e in entries(ledger, "flood")), 60,
                           what="the flood to be sent")
+
+        def last_shown():
+            shown_progress = [ev["part"].state.metadata.get("progress") for ev in shown if ev["type"] == "tool"]
+            return [p for p in shown_progress if p] and [p for p in shown_progress if p][-1]["progress"] == 9999
+
+        await await_until(last_shown, 60, what="the last progress to be shown")  # (coalesced, the last one too)
         late = 0.0
         for _ in range(10):
             t0 = time.monotonic()

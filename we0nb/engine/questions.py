@@ -60,6 +60,7 @@ class CallUpdates:
         self.writer = writer
         self._progress: Optional[dict[str, Any]] = None
         self._shown_at = 0.0
+        self._polled_at = 0.0
         self._dirty: set[str] = set()  # "progress", "question", "answer"
         self._wake: Optional[asyncio.Future[None]] = None
         self._asks: dict[str, asyncio.Future[dict[str, Any]]] = {}
@@ -107,7 +108,9 @@ class CallUpdates:
     # ---------------------------------------------------------------- the run's side
 
     async def watch(self, job: "asyncio.Future[Any]") -> bool:
-        """(``job`` has :meth:`poke` as a done callback.) Wait for the job to end or for something to show; True when there is (see :meth:`take`)."""
+        """Wait for ``job`` to end (False) or for something to show (True, see :meth:`take`); while a
+        question awaits, read the store for an answer every POLL_EVERY seconds. (``job`` has
+        :meth:`poke` as a done callback.)"""
         loop = asyncio.get_running_loop()
         while not job.done():
             if self._due(loop.time()):
@@ -124,10 +127,12 @@ class CallUpdates:
                 else:
                     await asyncio.wait_for(wake, delay)
             except asyncio.TimeoutError:
-                if self.awaiting() is not None and "progress" not in self._dirty:
-                    await self._poll()
+                pass
             finally:
                 self._wake = None
+            if self.awaiting() is not None and loop.time() >= self._polled_at + POLL_EVERY:
+                self._polled_at = loop.time()
+                await self._poll()
         return False
 
     async def take(self) -> None:
@@ -135,9 +140,8 @@ class CallUpdates:
         durable = bool(self._dirty & {"question", "answer"})
         self._dirty.clear()
         self._shown_at = asyncio.get_running_loop().time()
-        self.meta["questions"] = [dict(q) for q in self.questions] if self.questions else self.meta.get("questions")
-        if self.meta.get("questions") is None:
-            self.meta.pop("questions", None)
+        if self.questions:
+            self.meta["questions"] = [dict(q) for q in self.questions]
         state = self.part.state
         assert isinstance(state, ToolStateRunning)
         extra: dict[str, Any] = {"progress": self._progress} if self._progress is not None else {}
