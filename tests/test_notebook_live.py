@@ -252,3 +252,46 @@ async def test_resume_shows_recovery_actions_in_place():
     plain = h2.last["text/plain"]
     assert "tool slow_read({\"path\": \"a\"}) completed [recalled]" in plain
     assert plain.rstrip().endswith("recovery: recall slow_read; interrupt send; closed the unfinished assistant message")
+
+
+async def test_a_running_calls_progress_is_shown_in_its_row_coalesced():
+    """A tool that reports updates (as MCP tools do: ToolDefinition.reports_updates) shows its last
+    progress — fraction and message — in its row while it runs; 5,000 reports cost a few updates."""
+    import dataclasses
+
+    from we0nb.tools import ToolContext, ToolDefinition
+
+    gate = asyncio.Event()
+
+    @tool
+    async def pack(n: int, ctx: ToolContext) -> str:
+        for i in range(1, n + 1):
+            ctx.updates.progress({"progress": i, "total": n, "message": f"packing <{i}>"})
+            if i % 100 == 0:
+                await asyncio.sleep(0)
+        await gate.wait()
+        return "packed"
+
+    @dataclasses.dataclass(frozen=True)
+    class Reporting(ToolDefinition):
+        @property
+        def reports_updates(self) -> bool:
+            return True
+
+    reporting = Reporting(**{f.name: getattr(pack, f.name) for f in dataclasses.fields(pack)})
+    agent = We0Agent(ScriptedModel([[tool_call("pack", {"n": 5000})], [text("ok")]]), tools=[reporting])
+    handle = CountingHandle()
+    task = asyncio.create_task(show(agent, "go", handle=handle, session_id="ses_progress"))
+    t_end = time.monotonic() + 10
+    while not (handle.bundles and "5000/5000 (100%)" in handle.last["text/html"]):
+        assert time.monotonic() < t_end, handle.bundles[-1]["text/html"] if handle.bundles else "no update"
+        await asyncio.sleep(0.01)
+    html = handle.last["text/html"]
+    assert "<tr data-status='running'>" in html and esc("packing <5000>") in html
+    assert "width:100%" in html  # the bar
+    updates_while_running = len(handle.bundles)
+    gate.set()
+    await asyncio.wait_for(task, 10)
+    assert updates_while_running < 40, updates_while_running
+    final = handle.last["text/html"]
+    assert "we0-progress-note" not in final  # a finished call's row shows its output instead

@@ -54,6 +54,9 @@ class ToolContext:
     tool: str
     idempotency_key: str
     attempt: int = 1
+    #: for a tool that ``reports_updates`` (MCP tools): the run's
+    #: :class:`~we0nb.engine.questions.CallUpdates` — ``progress(data)``, ``await ask(question)``
+    updates: Any = field(default=None, compare=False, repr=False)
 
 
 class Reconciled:
@@ -221,6 +224,12 @@ class ToolDefinition(Generic[R]):
     def wants_context(self) -> bool:
         """Whether :meth:`call` reads the :class:`ToolContext` (else the executor makes none)."""
         return self.context_param is not None
+
+    @property
+    def reports_updates(self) -> bool:
+        """Whether :meth:`call` reports progress or asks a person while it runs (through
+        ``context.updates``): the executor then runs it in a task of its own and shows each update."""
+        return False
 
     @property
     def blocks_on_error(self) -> bool:

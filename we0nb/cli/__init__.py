@@ -10,6 +10,7 @@
     we0nb demo --approve        # the demo's orders wait for a person's approval
     we0nb approvals             # list the tool calls that await a decision
     we0nb approve SESSION CALL  # approve one (--input JSON: corrected arguments); deny: --reason TEXT
+    we0nb questions             # list the questions MCP servers wait on (elicitation); answer SES CALL --content JSON
     we0nb batch ls              # list the batches (agent.batch) of the database; batch show NAME
     we0nb fork SESSION          # copy a session (--at MESSAGE: up to a message) into a new one
     we0nb batch run M:A --prompts FILE --name NAME   # a batch worker (batch work M:A NAME: join one)
@@ -31,7 +32,7 @@ import sys
 import traceback
 from typing import Any, Optional, Sequence
 
-from . import approvals, batch, browse, demo, fork, lab
+from . import approvals, batch, browse, demo, fork, lab, questions
 from ._common import EXIT_INTERRUPTED, CliError, CtrlC
 from ._db import DEFAULT_DB
 from .demo_agent import DEMO_PROMPT, demo_agent
@@ -60,7 +61,7 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     parser.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands: dict[str, argparse.ArgumentParser] = {}
-    for module in (demo, browse, approvals, batch, fork, lab):
+    for module in (demo, browse, approvals, questions, batch, fork, lab):
         commands.update(module.add_parsers(sub, db, common))
     return parser, commands
 

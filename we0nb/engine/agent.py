@@ -14,6 +14,7 @@ from ..persistence.base import Persistence
 from ..persistence.memory import MemoryPersistence
 from ..tools import AnyToolDefinition, ToolDefinition, tool as make_tool
 from . import approval as _approval
+from . import questions as _questions
 from . import fork as _fork
 from . import revert as _revert
 from .output import prompted_instructions, resolve_output_mode
@@ -256,6 +257,21 @@ class We0Agent:
                                       approve=False, reason=reason)
 
     # ------------------------------------------------------------------ fork
+
+    # ------------------------------------------------------------------ questions (MCP elicitation)
+
+    async def pending_questions(self, session_id: str) -> list[ToolPart]:
+        """The running calls whose question (an MCP server's elicitation) awaits a person's
+        answer, in call order; the question is ``state.metadata["questions"][-1]``."""
+        return await _questions.pending_questions(self.persistence, session_id)
+
+    async def answer(self, session_id: str, call_id: str, content: Optional[dict[str, Any]] = None, *,
+                     action: str = "accept") -> dict[str, Any]:
+        """Answer the question call ``call_id`` waits on: ``action`` is ``"accept"`` (a form's
+        ``content``, its defaults filled in), ``"decline"`` or ``"cancel"``. An answer that does not
+        match the requested schema raises ``ValueError`` and nothing is sent or recorded; so does a
+        question nobody waits for any more. Returns the question as answered."""
+        return await _questions.answer_question(self.persistence, session_id, call_id, action, content)
 
     async def fork(self, session_id: str, *, at: Optional[str] = None,
                    new_session_id: Optional[str] = None) -> str:

@@ -23,6 +23,7 @@ from ..tools import (AnyToolDefinition, Reconciled, ToolContext, ToolError, Tool
                      ToolPolicy, ToolReturn, to_output)
 from .abort import Aborted
 from .events import Event
+from .questions import CallUpdates, unanswered
 from .recovery import Situation, ToolAction, Walk, after_execution, after_reconcile, decide, interrupt_text
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,6 +60,9 @@ def interrupted(part: ToolPart, action: ToolAction) -> ToolStateError:
     in_doubt = bool(action.in_doubt)
     start = state.time.start if isinstance(state, ToolStateRunning) else None
     meta: dict[str, Any] = {"interrupted": True, "reason": reason, "in_doubt": in_doubt, **_carried(part)}
+    questions = unanswered(state.metadata) if isinstance(state, ToolStateRunning) else None
+    if questions:  # a person was asked while it ran: the question stays with the call
+        meta["questions"] = questions
     if action.detail:
         meta["reconcile_reason"] = action.detail
     return ToolStateError(input=state.input, error=interrupt_text(reason, in_doubt, action.detail), metadata=meta,
@@ -184,27 +188,59 @@ class ToolExecutor:
                 await state.writer.write_ahead(tp, wait=definition.policy.side_effects)
                 yield {"type": "tool", "part": state.snap(tp)}
                 state.scope.check()
-                tp.state = await self._run(definition, kwargs, tp, meta)
+                if definition.reports_updates:
+                    async for ev in self._watched(definition, kwargs, tp, meta):
+                        yield ev
+                else:
+                    tp.state = await self._run(definition, kwargs, tp, meta)
         if defer_final:
             state.writer.mark(tp)
             return
         await state.writer.write(None, tp)
         yield {"type": "tool", "part": state.snap(tp)}
 
-    def context(self, tp: ToolPart, attempt: int) -> ToolContext:
+    def context(self, tp: ToolPart, attempt: int, updates: Optional[CallUpdates] = None) -> ToolContext:
         return ToolContext(session_id=tp.session_id, call_id=tp.call_id, tool=tp.tool,
-                           idempotency_key=key_of(tp), attempt=attempt)
+                           idempotency_key=key_of(tp), attempt=attempt, updates=updates)
+
+    async def _watched(self, definition: AnyToolDefinition, kwargs: dict[str, Any], tp: ToolPart,
+                       meta: dict[str, Any]) -> AsyncIterator[Event]:
+        """Run a tool that reports updates (:mod:`.questions`): in a task of its own, each update
+        shown as a ``tool`` event (a question written durably first); its final state in ``tp``."""
+        state = self.state
+        updates = CallUpdates(tp, meta, state.agent.persistence, state.writer)
+        job = asyncio.ensure_future(definition.call(kwargs, self.context(tp, meta["attempt"], updates)))
+        job.add_done_callback(updates.poke)
+        try:
+            while True:
+                state.scope.check()  # (an abort while the last update was shown: it was not blocked then)
+                if not await state.scope.wait(updates.watch(job)):
+                    break
+                await updates.take()
+                yield {"type": "tool", "part": state.snap(tp)}
+        except BaseException:
+            if not job.done():  # an abort (or the run cancelled): the call is cancelled at once
+                job.cancel()
+                await asyncio.wait({job}, timeout=1.0)
+            raise
+        finally:
+            updates.close()
+        tp.state = await self._run(definition, kwargs, tp, meta, job)
 
     async def _run(self, definition: AnyToolDefinition, kwargs: dict[str, Any], tp: ToolPart,
-                   meta: dict[str, Any]) -> Any:
-        """Execute the tool (an abort cancels it at once); its final state."""
+                   meta: dict[str, Any], job: Optional["asyncio.Future[Any]"] = None) -> Any:
+        """Execute the tool (an abort cancels it at once), or take the result of ``job`` (it ran
+        in a task of its own); its final state."""
         running = tp.state
         assert isinstance(running, ToolStateRunning)
         inp, start = running.input, running.time.start
         scope = self.state.scope
         try:
-            context = self.context(tp, meta["attempt"]) if definition.wants_context else None
-            result = await scope.wait(definition.call(kwargs, context))
+            if job is not None:
+                result = job.result()
+            else:
+                context = self.context(tp, meta["attempt"]) if definition.wants_context else None
+                result = await scope.wait(definition.call(kwargs, context))
         except asyncio.CancelledError:
             if scope.cancelled_by_us() or _task_cancelling():
                 raise

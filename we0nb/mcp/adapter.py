@@ -77,6 +77,10 @@ class MCPTool(ToolDefinition[Any]):
     def wants_context(self) -> bool:  # (the call's idempotency key goes to the server)
         return True
 
+    @property
+    def reports_updates(self) -> bool:  # (progress, and the server's questions for a person)
+        return True
+
     async def call(self, kwargs: dict[str, Any], context: Any = None) -> Any:
         assert self.server is not None
         return await self.server.call_tool(self.remote_name, kwargs, context=context)

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from ..tools import ToolContext, ToolError, ToolReturn
 from .adapter import IDEMPOTENCY_META_KEY, to_return
-from .client import Progress, maybe_await
+from .client import InFlight, Progress, maybe_await
 
 __all__ = ["call_once"]
 
@@ -23,33 +23,48 @@ async def call_once(server: Any, session: Any, name: str, arguments: dict[str, A
     import anyio
 
     meta = {IDEMPOTENCY_META_KEY: context.idempotency_key} if context is not None else None
+    updates = getattr(context, "updates", None)  # the run watching this call (progress, questions)
     last: list[Progress] = []
-    scope: Optional[anyio.CancelScope] = None
     timeout: Optional[float] = server.timeout
-    own_timeout: Optional[float] = timeout if server.reset_timeout_on_progress else None
+    # our own timeout scope when it must move: at each progress (if asked), or while a person answers
+    asks = server.features.elicitation is not None and updates is not None
+    own_timeout: Optional[float] = timeout if server.reset_timeout_on_progress or asks else None
+    call = InFlight(name, updates, None, own_timeout) if updates is not None else None
 
     async def on_progress(progress: float, total: Optional[float], message: Optional[str]) -> None:
         event = Progress(server.name, name, context.call_id if context else None, progress, total, message)
         last[:] = [event]
-        if scope is not None and own_timeout is not None:
-            scope.deadline = anyio.current_time() + own_timeout
+        if updates is not None:
+            updates.progress(event.as_metadata())
+        if call is not None and call.scope is not None and call.timeout is not None \
+                and server.reset_timeout_on_progress and call.scope.deadline != float("inf"):
+            call.scope.deadline = anyio.current_time() + call.timeout
         if server.on_progress is not None:
             try:
                 await maybe_await(server.on_progress(event))
             except Exception as e:
                 log.warning("%s: on_progress raised %s: %s", server.label, type(e).__name__, e)
 
-    if own_timeout is not None:
-        with anyio.CancelScope(deadline=anyio.current_time() + own_timeout) as scope:
-            result = await session.call_tool(name, arguments, progress_callback=on_progress, meta=meta)
-        if scope.cancelled_caught:
-            raise ToolError(f"{server.label} did not answer the call to {name!r} within {own_timeout:g} s of its "
-                            "last progress (timeout=, reset_timeout_on_progress=True), so it was cancelled "
-                            "(notifications/cancelled sent); its outcome is unknown.",
-                            {"mcp_error": "timeout", **_progress(last)})
-    else:
-        result = await session.call_tool(name, arguments, read_timeout_seconds=timeout,
-                                         progress_callback=on_progress, meta=meta)
+    if call is not None:
+        server.features.calls.append(call)
+    try:
+        if own_timeout is not None:
+            with anyio.CancelScope(deadline=anyio.current_time() + own_timeout) as scope:
+                if call is not None:
+                    call.scope = scope
+                result = await session.call_tool(name, arguments, progress_callback=on_progress, meta=meta)
+            if scope.cancelled_caught:
+                since = "its last progress (reset_timeout_on_progress=True)" if server.reset_timeout_on_progress \
+                    else "its start (time a person took to answer not counted)"
+                raise ToolError(f"{server.label} did not answer the call to {name!r} within {own_timeout:g} s of "
+                                f"{since}, so it was cancelled (notifications/cancelled sent); its outcome is "
+                                "unknown.", {"mcp_error": "timeout", **_progress(last)})
+        else:
+            result = await session.call_tool(name, arguments, read_timeout_seconds=timeout,
+                                             progress_callback=on_progress, meta=meta)
+    finally:
+        if call is not None:
+            server.features.calls.remove(call)
     try:
         value = to_return(result, server.label, name)
     except ToolError as e:

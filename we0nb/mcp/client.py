@@ -14,6 +14,10 @@ user gave a way to honour it:
   ``request.decline()`` or ``request.cancel()`` (a plain dict means accept). A form answer
   is checked against the requested schema, with its defaults applied (SEP-1034); an answer
   that does not match is not sent: the server gets ``cancel`` and the reason is logged.
+  ``elicitation="ask"`` (or ``fn`` returning None) leaves the question to a person: it is
+  stored with the running call and answered from the notebook's panel, from code or from the
+  CLI (:mod:`we0nb.engine.questions`); the run waits for it, and the wait does not count
+  against ``timeout``.
   Without ``elicitation=`` the capability is not declared, and a server that asks anyway
   is answered with an error at once (nothing waits for a person who is not there).
 - ``roots=[folder, ...]``: declares the roots capability; ``server.set_roots([...])``
@@ -30,9 +34,11 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
 
-__all__ = ["Progress", "Elicitation", "ElicitAnswer", "ClientFeatures", "check_roots", "maybe_await", "LEVELS"]
+from .._forms import check_form_answer, check_form_schema, form_defaults
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+__all__ = ["Progress", "Elicitation", "ElicitAnswer", "ClientFeatures", "InFlight", "check_roots", "maybe_await", "LEVELS"]
 
 log = logging.getLogger("we0nb.mcp")
 server_log = logging.getLogger("we0nb.mcp.server")
@@ -99,32 +105,38 @@ class Elicitation:
 
     def defaults(self) -> dict[str, Any]:
         """The schema's default values, by property (what a form shows before the user types)."""
-        props = self.schema.get("properties") or {}
-        return {k: p["default"] for k, p in props.items() if isinstance(p, Mapping) and "default" in p}
+        return form_defaults(self.schema)
 
     def check(self, content: Optional[Mapping[str, Any]]) -> dict[str, Any]:
         """``content`` with the defaults applied, once it matches the schema (else ValueError why)."""
-        filled = {**self.defaults(), **dict(content or {})}
         if self.mode != "form":
-            return filled
-        from jsonschema import validators
-        from jsonschema.exceptions import SchemaError, best_match
+            return {**self.defaults(), **dict(content or {})}
+        return check_form_answer(self.schema, content)
 
-        schema = dict(self.schema)
-        cls = validators.validator_for(schema)
-        try:
-            cls.check_schema(schema)
-        except SchemaError as e:
-            raise ValueError(f"the server's requested schema is not valid JSON Schema ({e.message})") from None
-        err = best_match(cls(schema).iter_errors(filled))
-        if err is not None:
-            where = "/".join(str(p) for p in err.absolute_path)
-            raise ValueError(f"the answer does not match the requested schema{' at ' + repr(where) if where else ''}: "
-                             f"{err.message}")
-        return filled
+    def as_question(self) -> dict[str, Any]:
+        """What is stored with the call when a person is to answer (see :mod:`we0nb.engine.questions`)."""
+        q: dict[str, Any] = {"mode": self.mode, "source": self.server, "message": self.message}
+        if self.mode == "form":
+            q["schema"] = dict(self.schema)
+        else:
+            q["url"] = self.url
+        if self.elicitation_id is not None:
+            q["elicitation_id"] = self.elicitation_id
+        return q
 
 
-ElicitationHandler = Callable[[Elicitation], Any]
+@dataclass
+class InFlight:
+    """A ``tools/call`` under way with a run watching it: a question the server asks is its."""
+
+    tool: str
+    updates: Any  # the run's CallUpdates
+    #: the call's own timeout scope (an anyio CancelScope; None: no timeout), paused while a person answers
+    scope: Any = None
+    timeout: Optional[float] = None
+
+
+ElicitationHandler = Union[str, Callable[[Elicitation], Any]]
 ProgressHandler = Callable[[Progress], Any]
 
 
@@ -155,11 +167,14 @@ class ClientFeatures:
 
     def __init__(self, label: str, *, elicitation: Optional[ElicitationHandler] = None,
                  roots: Sequence[tuple[str, Optional[str]]] = (), roots_enabled: bool = False) -> None:
-        if elicitation is not None and not callable(elicitation):
-            raise TypeError("MCPServer(elicitation=...): expected a function fn(request) returning "
-                            "request.accept(content), request.decline() or request.cancel().")
+        if elicitation is not None and not callable(elicitation) and elicitation != "ask":
+            raise TypeError("MCPServer(elicitation=...): expected 'ask' (a person answers, from the notebook's "
+                            "panel, code or `we0nb answer`) or a function fn(request) returning "
+                            "request.accept(content), request.decline(), request.cancel() or None (ask a person).")
         self.label = label
         self.elicitation = elicitation
+        #: the calls under way that a run watches (a question the server asks goes to the one there is)
+        self.calls: list[InFlight] = []
         self.roots = tuple(roots)
         self.roots_enabled = roots_enabled or bool(roots)
 
@@ -196,11 +211,13 @@ class ClientFeatures:
         handler = self.elicitation
         assert handler is not None
         try:
-            answer = await maybe_await(handler(request))
+            answer = None if handler == "ask" else await maybe_await(handler(request))  # type: ignore[operator]
         except Exception as e:
             log.warning("%s: the elicitation handler raised %s: %s; the server is told 'cancel'",
                         self.label, type(e).__name__, e)
             return mcp_types.ElicitResult(action="cancel")
+        if answer is None:
+            return await self._ask_person(request)
         if isinstance(answer, Mapping):
             answer = request.accept(answer)
         if not isinstance(answer, ElicitAnswer) or answer.action not in ("accept", "decline", "cancel"):
@@ -218,5 +235,34 @@ class ClientFeatures:
             return mcp_types.ElicitResult(action="cancel")
         return mcp_types.ElicitResult(action="accept", content=content)
 
+    async def _ask_person(self, request: Elicitation) -> Any:
+        """The question stored with the call that asked it, and the person's answer (see
+        :mod:`we0nb.engine.questions`); 'cancel' at once when there is no call to store it with."""
+        import anyio
+        import mcp_types
 
-
+        if request.mode == "form":
+            try:
+                check_form_schema(request.schema)
+            except ValueError as e:
+                log.warning("%s: elicitation refused, %s; the server is told 'cancel'", self.label, e)
+                return mcp_types.ElicitResult(action="cancel")
+        if len(self.calls) != 1:
+            why = "no call of a run is under way" if not self.calls else \
+                f"{len(self.calls)} calls are under way and MCP does not say which one asks"
+            log.warning("%s asked a question (%r) but %s, so there is nothing to keep it with; the server is "
+                        "told 'cancel'", self.label, request.message, why)
+            return mcp_types.ElicitResult(action="cancel")
+        call = self.calls[0]
+        if call.scope is not None:  # the time a person takes does not count against the call's timeout
+            call.scope.deadline = float("inf")
+        try:
+            answer = await call.updates.ask(request.as_question())
+        finally:
+            if call.scope is not None and call.timeout is not None:
+                call.scope.deadline = anyio.current_time() + call.timeout
+        if answer["action"] != "accept":
+            return mcp_types.ElicitResult.model_validate({"action": answer["action"]})
+        if request.mode != "form":
+            return mcp_types.ElicitResult(action="accept")
+        return mcp_types.ElicitResult(action="accept", content=answer["content"])

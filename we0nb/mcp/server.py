@@ -49,9 +49,8 @@ class MCPServer:
     person approves first), ``connect_timeout`` (seconds to start and initialize), ``name``
     (how messages name the server), ``resource_tool`` (True or a name: offer the model a
     read-only tool that reads the server's resources, see :mod:`we0nb.mcp.resources`). What the
-    client offers the server — ``on_progress``,
-    ``reset_timeout_on_progress``, ``elicitation``, ``roots`` — is described in
-    :mod:`we0nb.mcp.client`.
+    client offers the server — ``on_progress``, ``reset_timeout_on_progress``, ``elicitation``
+    (a function, or ``"ask"``: a person answers), ``roots`` — is described in :mod:`we0nb.mcp.client`.
     """
 
     def __init__(self, *, kind: str, target: Any, name: str, trust_annotations: bool = False,

@@ -105,6 +105,7 @@ TOOL_CALL_COLUMNS: dict[str, Any] = {
     "approved_input": "json",
     "decided": "time",
     "metadata": "json",
+    "attachments": "count",
     "start": "time",
     "end": "time",
     "session_id": "id",

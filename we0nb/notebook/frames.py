@@ -250,7 +250,8 @@ def tool_calls_df(p: Any, session_id: SessionIds = None, *, since: TimeLike = No
     Columns: ``tool``, ``status``, ``outcome``, ``input`` (JSON), ``output``, ``error``,
     ``duration``, ``interrupted``, ``interrupt_reason``, ``in_doubt``, ``recalled``,
     ``reconciled``, ``attempts``, ``approval``, ``approval_reason``, ``approved_input`` (JSON),
-    ``decided``, ``metadata`` (JSON), ``start``, ``end``, ``session_id``, ``order``,
+    ``decided``, ``metadata`` (JSON), ``attachments`` (how many the call's result has: an MCP
+    server's images, audio, files, links; 0 for none), ``start``, ``end``, ``session_id``, ``order``,
     ``message_id``, ``part_id``, ``call_id``, ``idempotency_key``.
 
     ``outcome`` says what became of a finished call (status completed or error):

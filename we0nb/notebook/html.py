@@ -182,6 +182,47 @@ def _attachments_html(state: Any) -> str:
     return f"<div class='we0-note'>{' '.join(shown)}</div>" if shown else ""
 
 
+def progress_text(progress: Any) -> str:
+    """A call's last progress (``metadata["progress"]``) in words: ``2/3 (67%) · packing``."""
+    if not isinstance(progress, dict):
+        return ""
+    done, total, message = progress.get("progress"), progress.get("total"), progress.get("message")
+    bits = []
+    if isinstance(done, (int, float)):
+        amount = f"{done:g}/{total:g}" if isinstance(total, (int, float)) and total else f"{done:g}"
+        if isinstance(total, (int, float)) and total:
+            amount += f" ({min(max(done / total, 0.0), 1.0):.0%})"
+        bits.append(amount)
+    if message:
+        bits.append(str(message))
+    return " · ".join(bits)
+
+
+def _running_note(part: Any) -> str:
+    """A running call's last progress (a bar when there is a total) and the question it waits on."""
+    st = part.state
+    if getattr(st, "status", None) != "running":
+        return ""
+    meta = getattr(st, "metadata", None) or {}
+    out = []
+    progress = meta.get("progress")
+    said = progress_text(progress)
+    if said and isinstance(progress, dict):
+        done, total = progress.get("progress"), progress.get("total")
+        bar = ""
+        if isinstance(done, (int, float)) and isinstance(total, (int, float)) and total:
+            pct = min(max(done / total, 0.0), 1.0) * 100
+            bar = (f"<div class='we0-progress' style='height:4px;background:#e5e7eb;border-radius:2px;margin:2px 0'>"
+                   f"<div style='height:4px;width:{pct:.0f}%;background:#3b82f6;border-radius:2px'></div></div>")
+        out.append(f"<div class='we0-note we0-progress-note' data-progress='{esc(said)}'>{bar}{esc(said)}</div>")
+    question = next((q for q in reversed(meta.get("questions") or ()) if isinstance(q, dict)
+                     and q.get("status") == "awaiting"), None)
+    if question is not None:
+        out.append(f"<div class='we0-note we0-warn' data-question='awaiting'>asks a person: "
+                   f"{esc(question.get('message', ''))}</div>")
+    return "".join(out)
+
+
 def tool_row_html(part: Any, recovery: Optional[str] = None, *, kept: bool = False, cut: bool = False) -> str:
     status, label = tool_status(part, cut)
     st = part.state
@@ -195,7 +236,7 @@ def tool_row_html(part: Any, recovery: Optional[str] = None, *, kept: bool = Fal
     badges = " ".join(b for b in (status_badge(status, label), effect_badge(part),
                                   outcome_badge(outcome) if outcome else "", approval_badge(part)) if b)
     note = ("<div class='we0-note'>resume decides: run again if read-only, else interrupted</div>"
-            if status == "unfinished" and cut else "") + _approval_note(part)
+            if status == "unfinished" and cut else "") + _approval_note(part) + _running_note(part)
     shown = "interrupted" if part.interrupted else st.status  # as stored
     approval = f" data-approval='{esc(part.approval)}'" if getattr(part, "approval", None) else ""
     return (f"<tr data-status='{esc(shown)}'{approval}><td class='we0-cell'><code>{esc(part.tool)}</code>"

@@ -34,11 +34,12 @@ import html
 import threading
 import time
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 from . import clicks
 from .approvals import ApprovalBox
 from .fork_box import ForkBox
+from .questions import QuestionBox
 from .part_text import effects_sentence
 from .live import LiveView, _in_kernel, ipython_display
 
@@ -122,8 +123,10 @@ class RunPanel:
         self.controls = W.HBox([self.abort_button, self.resume_button, self.status_label],
                                layout=W.Layout(align_items="center", width="100%"))
         self.approvals = ApprovalBox(self)
+        self.questions = QuestionBox(self)
         self.forks = ForkBox(self)
-        self.widget = W.VBox([self.controls, self.approvals.widget, self.forks.widget], layout=W.Layout(width="100%"))
+        self.widget = W.VBox([self.controls, self.approvals.widget, self.questions.widget, self.forks.widget],
+                             layout=W.Layout(width="100%"))
         self.widget.add_class("we0-panel")
         self.abort_button.on_click(self._on_abort_click)
         self.resume_button.on_click(self._on_resume_click)
@@ -342,7 +345,7 @@ class RunPanel:
             return None
         self.view.start(note=f"{mode} run")
         try:
-            result = await self.view.consume(self.agent.stream_request(request))
+            result = await self.view.consume(self._watch(self.agent.stream_request(request)))
         finally:
             self.ended_at = time.time()
             if self.abort_clicked_at is not None:
@@ -363,6 +366,25 @@ class RunPanel:
         except Exception as exc:  # the store cannot be read now: the row says so, the run's outcome stands
             self.forks.say(f"cannot list the messages: {exc}", error=True)
         return result
+
+    async def _watch(self, stream: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        """The run's events, each ``tool`` event also shown to the question rows (an MCP server's
+        question becomes a form; an answered one is closed)."""
+        try:
+            async for ev in stream:
+                if ev.get("type") == "tool":
+                    self.questions.seen(ev["part"])
+                yield ev
+        finally:
+            for row in self.questions.rows:
+                if row.answered is None:
+                    row.done("elsewhere", "the run ended without this answer")
+
+    async def answer(self, call_id: str, content: Optional[dict] = None, *, action: str = "accept") -> Any:
+        """What the Accept / Decline / Cancel buttons of a question do: answer the question call
+        ``call_id`` waits on (checked against the requested schema: a mismatch raises ValueError and
+        nothing is sent or recorded). The question as answered."""
+        return await self.questions.answer(call_id, content, action=action)
 
     def _done(self, task: asyncio.Task) -> None:
         if task.cancelled():

@@ -44,7 +44,7 @@ PART_NAMES = ("session_id", "message_id", "part_id", "tool", "status", "start", 
 TOOL_CALL_NAMES = ("session_id", "message_id", "part_id", "tool", "status", "start", "end", "call_id", "interrupted",
                    "interrupt_reason", "recalled", "input", "output", "error", "metadata", "approval",
                    "approval_reason", "approved_input", "decided", "idempotency_key", "attempts", "in_doubt",
-                   "reconciled")
+                   "reconciled", "attachments")
 
 #: applied to each chunk (``name → tuple of values``) as it is read (e.g. into arrays)
 Convert = Callable[[dict[str, Any]], Any]

@@ -120,7 +120,8 @@ def _part_row(sid: str, part: Part, tools_only: bool) -> dict[str, Any]:
         # the exactly-once facts, read as ToolPart reads them (in doubt: of a call flagged interrupted)
         row.update(idempotency_key=part.idempotency_key, attempts=part.attempts,  # type: ignore[union-attr]
                    in_doubt=in_doubt_of(cols["interrupted"], (meta or {}).get("in_doubt")),
-                   reconciled=part.reconciled)  # type: ignore[union-attr]
+                   reconciled=part.reconciled,  # type: ignore[union-attr]
+                   attachments=len(getattr(st, "attachments", None) or ()))
     return row
 
 

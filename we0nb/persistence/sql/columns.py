@@ -261,7 +261,9 @@ class SqlReader(ColumnReader):
                        ("interrupt_reason", p.c.interrupt_reason), ("recalled", p.c.recalled)]
             q.docs = [self._member("input", ("state", "input"), True), self._member("output", ("state", "output")),
                       self._member("error", ("state", "error")), self._member("metadata", ("state", "metadata"), True),
-                      self._member("approval", ("approval",)), self._member("approval_detail", ("approval_detail",), True)]
+                      self._member("approval", ("approval",)), self._member("approval_detail", ("approval_detail",), True),
+                      _Doc("attachments", _array_length(self.dialect, T.parts.c.data, ("state", "attachments")),
+                           _attachment_count, True)]
             q.finish, q.finished = _tool_call_columns, list(TOOL_CALL_NAMES)
             # ``type || ''`` keeps SQLite from walking ix_we0_parts_tool and looking rows up in
             # index order (random reads): a sequential scan is ~1.5x cheaper; a session filter
@@ -434,6 +436,26 @@ def _extract(dialect: str, col: Any, path: Sequence[str], as_json: bool) -> Any:
     return None  # read ``data`` and extract in Python (other databases)
 
 
+def _array_length(dialect: str, col: Any, path: Sequence[str]) -> Any:
+    """The length of a JSON array member of ``data`` (0 when it is missing or not an array), by the database."""
+    import sqlalchemy as sa
+
+    if dialect == "sqlite":  # (json_array_length is 0 for a non-array, NULL for a missing member)
+        return sa.func.coalesce(sa.func.json_array_length(col, "$." + ".".join(path)), 0)
+    if dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        member = sa.cast(col, postgresql.JSON)[tuple(path)]
+        return sa.case((sa.func.json_typeof(member) == "array", sa.func.json_array_length(member)), else_=0)
+    return None
+
+
+def _attachment_count(doc: dict) -> int:
+    state = doc.get("state")
+    found = state.get("attachments") if isinstance(state, dict) else None
+    return len(found) if isinstance(found, list) else 0
+
+
 def _dump(obj: Any) -> str:
     import pydantic_core
 
@@ -450,10 +472,13 @@ def _json_member(doc: dict, path: Sequence[str], as_json: bool) -> Optional[str]
 
 
 def _tool_call_columns(chunk: dict[str, Any]) -> dict[str, Any]:
-    """The approval columns, then the exactly-once ones (:func:`.call_facts.exactly_once_columns`)."""
+    """The approval columns, then the exactly-once ones (:func:`.call_facts.exactly_once_columns`), and
+    the attachment count."""
     from .call_facts import exactly_once_columns
 
-    return exactly_once_columns(_approval_columns(chunk))
+    chunk = exactly_once_columns(_approval_columns(chunk))
+    chunk["attachments"] = tuple(0 if v is None else int(v) for v in chunk["attachments"])  # (a corrupt row: 0)
+    return chunk
 
 
 def _approval_columns(chunk: dict[str, Any]) -> dict[str, Any]:
