@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import traceback
 from pathlib import Path
 from typing import Any, Iterator
@@ -123,3 +124,11 @@ def one_browser_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
 
     with browser_slot():
         yield None
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    """Where tests leave screenshots and logs for a person to look at (``WE0NB_ARTIFACTS``)."""
+    d = Path(os.environ.get("WE0NB_ARTIFACTS", "test-artifacts"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d

@@ -12,7 +12,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator, Optional
+import json
+from typing import Any, Iterator, Optional
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -166,3 +167,114 @@ def note_page_state(exc: BaseException, page, lab: Optional["Lab"] = None) -> No
         exc.add_note(page_state(page, lab))
     else:
         print(page_state(page, lab))
+
+
+# --------------------------------------------------------------------------- driving a notebook page
+
+
+#: 'idle' once the notebook is attached to a started kernel that is idle. The execution indicator
+#: alone says "idle" while the toolbar still says "No Kernel" (the session is being created); a Run
+#: All clicked then makes JupyterLab start a second kernel per cell and, 30 s later, ask "Select Kernel".
+KERNEL_READY_JS = """kernel => {
+    if (document.querySelector('.jp-Dialog')) return 'dialog';
+    const name = document.querySelector('.jp-Toolbar-kernelName');
+    const shown = name ? name.innerText.trim() : '';
+    const idle = document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']");
+    const bar = [...document.querySelectorAll('.jp-StatusBar-TextItem')]
+        .some(e => / \\| Idle$/.test(e.innerText.trim()) && !e.innerText.includes('No Kernel'));
+    return idle && bar && shown && shown !== 'No Kernel' && (!kernel || shown === kernel) ? 'idle' : null;
+}"""
+
+
+def kernel_ready(page, kernel: str | None = None) -> None:
+    """Wait until the notebook's kernel (display name ``kernel`` when given) is started and idle,
+    answering the dialogs JupyterLab shows on the way ("Select Kernel"…)."""
+    answered = []
+    for _ in range(5):
+        state = page.wait_for_function(KERNEL_READY_JS, arg=kernel, timeout=120_000).json_value()
+        if state == "idle":
+            return
+        answered.append(answer_dialog(page, kernel))
+    raise AssertionError(f"JupyterLab kept showing dialogs: {answered}")
+
+
+def run_all(page, restart: bool) -> None:
+    page.click("li.lm-MenuBar-item:has-text('Run')")
+    if restart:
+        page.click("li.lm-Menu-item[data-command='runmenu:restart-and-run-all']")
+        page.click(".jp-Dialog .jp-Dialog-button.jp-mod-accept", timeout=60_000)
+    else:
+        page.click("li.lm-Menu-item[data-command='runmenu:run-all']")
+
+
+def started(page) -> bool:
+    """True once the first cell is queued or ran ("[*]" or "[1]" in its prompt)."""
+    try:
+        page.wait_for_function("""() => {
+            const p = document.querySelector('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
+            return p && /\\[(\\*|\\d+)\\]/.test(p.innerText);
+        }""", timeout=30_000)
+        return True
+    except Exception:
+        return False
+
+
+def dismiss_toasts(page) -> None:
+    for button in page.locator(".jp-toast-button:has-text('No')").all():
+        try:
+            button.click(timeout=2_000)
+        except Exception:
+            pass
+
+
+def write_notebook(path: Path, cells: list[str], kernel: str = "python3", display: str = "Python 3 (ipykernel)") -> None:
+    nb = {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+                   "source": src} for i, src in enumerate(cells)],
+        "metadata": {"kernelspec": {"display_name": display, "language": "python", "name": kernel},
+                     "language_info": {"name": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(nb, indent=1))
+
+
+def run_all_until(page: Any, selector: str, count: int, what: str, restart: bool = False) -> None:
+    """Run All until ``count`` elements match ``selector`` while the second cell still runs (it
+    awaits the run). JupyterLab sometimes replaces the kernel as it starts and asks "Select
+    Kernel": answer it and run all again, from a fresh kernel; ``what`` names the goal in the error."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    state = "not started"
+    for attempt in range(4):
+        try:
+            kernel_ready(page, kernel="Python 3 (ipykernel)")
+        except (PlaywrightTimeout, AssertionError) as exc:  # a dialog that does not go away: load the page again
+            state = f"dialog stuck: {exc}"
+            page.reload(wait_until="domcontentloaded", timeout=120_000)
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+            continue
+        run_all(page, restart=restart or attempt > 0)
+        if not started(page):  # right after the kernel dialog, Run All can be dropped
+            continue
+        try:
+            state = page.wait_for_function("""([selector, count]) => {
+                if (document.querySelector('.jp-Dialog')) return 'dialog';
+                if ([...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]
+                        .some(e => e.innerText.includes('most recent call last'))) return 'error';
+                const prompts = document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
+                const ready = document.querySelectorAll(selector).length === count
+                    && prompts.length > 1 && prompts[1].innerText.includes('*');
+                return ready ? 'ready' : null;
+            }""", arg=[selector, count], timeout=180_000).json_value()
+        except PlaywrightTimeout:  # a kernel that never got there: say what the page shows, start again
+            state = "stalled:\n" + page_state(page)
+            continue
+        if state == "ready":
+            dismiss_toasts(page)
+            return
+    raise AssertionError(f"the notebook did not reach {what} in a stable kernel (last state: {state!r})")
+
+
+def launch_browser(playwright: Any) -> Any:
+    """Debian's chromium, headless, with the flags these machines need."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nbutil_lab import CHROMIUM, Lab, note_page_state, page_state
-from test_browser_lab import _browser, _dismiss_toasts, _kernel_ready, _run_all, _started, _write
+from nbutil_lab import CHROMIUM, Lab, launch_browser, note_page_state, run_all_until, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -47,49 +46,6 @@ panel.start("Pay the invoices")""",
     "denied = t.messages[1].tool_parts[1]\n"
     "print('result:', r.result, '|', r.text, '| paid:', PAID, '| denied:', denied.state.metadata)",
 ]
-
-
-@pytest.fixture
-def artifacts() -> Path:
-    d = Path(os.environ.get("WE0NB_ARTIFACTS", "test-artifacts"))
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _ready(page, restart: bool) -> None:
-    """Run All until the panel shows two rows and the second cell waits for the decisions. JupyterLab
-    sometimes replaces the kernel as it starts and asks "Select Kernel": accept and run all again."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    state = "not started"
-    for attempt in range(4):
-        try:
-            _kernel_ready(page, kernel="Python 3 (ipykernel)")
-        except (PlaywrightTimeout, AssertionError) as exc:  # a dialog that does not go away: load the page again
-            state = f"dialog stuck: {exc}"
-            page.reload(wait_until="domcontentloaded", timeout=120_000)
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-            continue
-        _run_all(page, restart=restart or attempt > 0)
-        if not _started(page):  # right after the kernel dialog, Run All can be dropped
-            continue
-        try:
-            state = page.wait_for_function("""() => {
-                if (document.querySelector('.jp-Dialog')) return 'dialog';
-                if ([...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]
-                        .some(e => e.innerText.includes('most recent call last'))) return 'error';
-                const prompts = document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
-                const ready = document.querySelectorAll('.we0-approval button.we0-approve:not([disabled])').length === 2
-                    && prompts.length > 1 && prompts[1].innerText.includes('*');
-                return ready ? 'ready' : null;
-            }""", timeout=180_000).json_value()
-        except PlaywrightTimeout:  # a kernel that never got there: say what the page shows, start again
-            state = "stalled:\n" + page_state(page)
-            continue
-        if state == "ready":
-            _dismiss_toasts(page)
-            return
-    raise AssertionError(f"the notebook did not reach the approval rows in a stable kernel (last state: {state!r})")
 
 
 def _decide(page, artifacts: Path) -> None:
@@ -154,18 +110,19 @@ def test_approve_and_deny_clicked_in_jupyterlab(tmp_path, artifacts):
     playwright = pytest.importorskip("playwright.sync_api")
     root = tmp_path / "root"
     root.mkdir()
-    _write(root / "approval.ipynb", CELLS)
+    write_notebook(root / "approval.ipynb", CELLS)
     lab = Lab(root, tmp_path / "jupyter")
     lab.start()
     try:
         with playwright.sync_playwright() as p:
-            browser = _browser(p)
+            browser = launch_browser(p)
             page = browser.new_page(viewport={"width": 1280, "height": 1100})
             try:
                 page.goto(f"{lab.url}/lab/tree/approval.ipynb", wait_until="domcontentloaded", timeout=120_000)
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
                 for attempt in range(3):  # the kernel replaced mid-way ("Select Kernel"): from the start again
-                    _ready(page, restart=attempt > 0)
+                    run_all_until(page, '.we0-approval button.we0-approve:not([disabled])', 2, 'the approval rows',
+                                  restart=attempt > 0)
                     try:
                         _decide(page, artifacts)
                         break

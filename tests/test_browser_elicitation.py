@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nbutil_lab import CHROMIUM, Lab, note_page_state, page_state
-from test_browser_lab import _browser, _dismiss_toasts, _kernel_ready, _run_all, _started, _write
+from nbutil_lab import CHROMIUM, Lab, launch_browser, note_page_state, run_all_until, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -43,48 +42,6 @@ panel.start("Order something")""",
         "      open(" + repr(str(ledger)) + ").read().strip())\n"
         "await agent.aclose()",
     ]
-
-
-@pytest.fixture
-def artifacts() -> Path:
-    d = Path(os.environ.get("WE0NB_ARTIFACTS", "test-artifacts"))
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _ready(page, restart: bool) -> None:
-    """Run All until the question's form shows and the second cell waits for the run."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    state = "not started"
-    for attempt in range(4):
-        try:
-            _kernel_ready(page, kernel="Python 3 (ipykernel)")
-        except (PlaywrightTimeout, AssertionError) as exc:
-            state = f"dialog stuck: {exc}"
-            page.reload(wait_until="domcontentloaded", timeout=120_000)
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-            continue
-        _run_all(page, restart=restart or attempt > 0)
-        if not _started(page):
-            continue
-        try:
-            state = page.wait_for_function("""() => {
-                if (document.querySelector('.jp-Dialog')) return 'dialog';
-                if ([...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]
-                        .some(e => e.innerText.includes('most recent call last'))) return 'error';
-                const prompts = document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
-                const ready = document.querySelectorAll('.we0-question button.we0-question-accept:not([disabled])').length === 1
-                    && prompts.length > 1 && prompts[1].innerText.includes('*');
-                return ready ? 'ready' : null;
-            }""", timeout=180_000).json_value()
-        except PlaywrightTimeout:
-            state = "stalled:\n" + page_state(page)
-            continue
-        if state == "ready":
-            _dismiss_toasts(page)
-            return
-    raise AssertionError(f"the notebook did not reach the question's form (last state: {state!r})")
 
 
 def _answer(page, artifacts: Path) -> str:
@@ -134,17 +91,17 @@ def test_an_elicitation_form_answered_in_jupyterlab(tmp_path, artifacts):
     root = tmp_path / "root"
     root.mkdir()
     ledger = tmp_path / "ledger.jsonl"
-    _write(root / "elicitation.ipynb", _cells(ledger))
+    write_notebook(root / "elicitation.ipynb", _cells(ledger))
     lab = Lab(root, tmp_path / "jupyter")
     lab.start()
     try:
         with playwright.sync_playwright() as p:
-            browser = _browser(p)
+            browser = launch_browser(p)
             page = browser.new_page(viewport={"width": 1280, "height": 1100})
             try:
                 page.goto(f"{lab.url}/lab/tree/elicitation.ipynb", wait_until="domcontentloaded", timeout=120_000)
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-                _ready(page, restart=False)
+                run_all_until(page, '.we0-question button.we0-question-accept:not([disabled])', 1, "the question's form", restart=False)
                 out = _answer(page, artifacts)
             except Exception as exc:
                 page.screenshot(path=str(artifacts / "elicitation-failure.png"), full_page=True)

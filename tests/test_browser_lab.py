@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from nbutil_lab import CHROMIUM, CHROMIUM_ARGS, Lab, answer_dialog, note_page_state
+from nbutil_lab import (CHROMIUM, Lab, dismiss_toasts, kernel_ready, launch_browser, note_page_state, run_all, started,
+                        write_notebook)
 
 pytestmark = pytest.mark.browser
 
@@ -67,78 +68,16 @@ def _notebook(path: Path) -> None:
     path.write_text(json.dumps(nb, indent=1))
 
 
-@pytest.fixture
-def artifacts() -> Path:
-    d = Path(os.environ.get("WE0NB_ARTIFACTS", "test-artifacts"))
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-#: 'idle' once the notebook is attached to a started kernel that is idle. The execution indicator
-#: alone says "idle" while the toolbar still says "No Kernel" (the session is being created); a Run
-#: All clicked then makes JupyterLab start a second kernel per cell and, 30 s later, ask "Select Kernel".
-KERNEL_READY_JS = """kernel => {
-    if (document.querySelector('.jp-Dialog')) return 'dialog';
-    const name = document.querySelector('.jp-Toolbar-kernelName');
-    const shown = name ? name.innerText.trim() : '';
-    const idle = document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']");
-    const bar = [...document.querySelectorAll('.jp-StatusBar-TextItem')]
-        .some(e => / \\| Idle$/.test(e.innerText.trim()) && !e.innerText.includes('No Kernel'));
-    return idle && bar && shown && shown !== 'No Kernel' && (!kernel || shown === kernel) ? 'idle' : null;
-}"""
-
-
-def _kernel_ready(page, kernel: str | None = None) -> None:
-    """Wait until the notebook's kernel (display name ``kernel`` when given) is started and idle,
-    answering the dialogs JupyterLab shows on the way ("Select Kernel"…)."""
-    answered = []
-    for _ in range(5):
-        state = page.wait_for_function(KERNEL_READY_JS, arg=kernel, timeout=120_000).json_value()
-        if state == "idle":
-            return
-        answered.append(answer_dialog(page, kernel))
-    raise AssertionError(f"JupyterLab kept showing dialogs: {answered}")
-
-
-def _run_all(page, restart: bool) -> None:
-    page.click("li.lm-MenuBar-item:has-text('Run')")
-    if restart:
-        page.click("li.lm-Menu-item[data-command='runmenu:restart-and-run-all']")
-        page.click(".jp-Dialog .jp-Dialog-button.jp-mod-accept", timeout=60_000)
-    else:
-        page.click("li.lm-Menu-item[data-command='runmenu:run-all']")
-
-
-def _started(page) -> bool:
-    """True once the first cell is queued or ran ("[*]" or "[1]" in its prompt)."""
-    try:
-        page.wait_for_function("""() => {
-            const p = document.querySelector('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
-            return p && /\\[(\\*|\\d+)\\]/.test(p.innerText);
-        }""", timeout=30_000)
-        return True
-    except Exception:
-        return False
-
-
-def _dismiss_toasts(page) -> None:
-    for button in page.locator(".jp-toast-button:has-text('No')").all():
-        try:
-            button.click(timeout=2_000)
-        except Exception:
-            pass
-
-
 def _open_and_run(page, lab: Lab, attempt: int) -> None:
     if attempt == 0:
         page.goto(f"{lab.url}/lab/tree/demo.ipynb", wait_until="domcontentloaded", timeout=120_000)
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     restart, state = attempt > 0, "not started"
     for _ in range(4):
-        _kernel_ready(page, kernel="Python 3 (ipykernel)")
-        _run_all(page, restart=restart)
+        kernel_ready(page, kernel="Python 3 (ipykernel)")
+        run_all(page, restart=restart)
         restart = True  # any further run starts from a fresh kernel
-        if not _started(page):  # right after the kernel dialog, Run All can be dropped
+        if not started(page):  # right after the kernel dialog, Run All can be dropped
             continue
         # Ready: the live view of cell 2 finished and the panel of cell 3 streams. JupyterLab
         # sometimes replaces the kernel mid-run and asks "Select Kernel" (the later cells then
@@ -153,7 +92,7 @@ def _open_and_run(page, lab: Lab, attempt: int) -> None:
             return ready ? 'ready' : null;
         }""", timeout=120_000).json_value()
         if state == "ready":
-            _dismiss_toasts(page)
+            dismiss_toasts(page)
             return
     raise AssertionError(f"the notebook did not run through in a stable kernel (last state: {state!r})")
 
@@ -170,7 +109,7 @@ def test_jupyterlab_abort_resume_and_no_xss(tmp_path, artifacts):
     lab.start()
     try:
         with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            browser = launch_browser(p)
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             try:
                 for attempt in range(3):  # a fresh kernel occasionally times out: retry
@@ -210,7 +149,7 @@ def test_jupyterlab_abort_resume_and_no_xss(tmp_path, artifacts):
                 assert "UnfinishedAssistantMessage" in panel_text
                 assert "chunk0 chunk1" in panel_text
                 panel_cell.scroll_into_view_if_needed()
-                _dismiss_toasts(page)
+                dismiss_toasts(page)
                 panel_cell.locator(".jp-Cell-outputWrapper").screenshot(path=str(artifacts / "panel-finished.png"))
 
                 # XSS: model and tool text shows as text, nothing was injected
@@ -258,21 +197,6 @@ panel.start("go")""",
 ]
 
 
-def _write(path: Path, cells: list[str], kernel: str = "python3", display: str = "Python 3 (ipykernel)") -> None:
-    nb = {
-        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
-                   "source": src} for i, src in enumerate(cells)],
-        "metadata": {"kernelspec": {"display_name": display, "language": "python", "name": kernel},
-                     "language_info": {"name": "python"}},
-        "nbformat": 4, "nbformat_minor": 5,
-    }
-    path.write_text(json.dumps(nb, indent=1))
-
-
-def _browser(playwright):
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-
-
 @pytest.mark.timeout(1800)  # with the wait for the browser slot
 @pytest.mark.parametrize("version", ["6.29.5", "7.0.1"])
 def test_abort_click_while_another_cell_awaits_stops_the_run(tmp_path, artifacts, version):
@@ -286,12 +210,12 @@ def test_abort_click_while_another_cell_awaits_stops_the_run(tmp_path, artifacts
     root = tmp_path / "root"
     root.mkdir()
     name = write_kernelspec(tmp_path / "jupyter" / "data", version)
-    _write(root / "abort.ipynb", ABORT_CELLS, kernel=name, display=f"Python (ipykernel {version})")
+    write_notebook(root / "abort.ipynb", ABORT_CELLS, kernel=name, display=f"Python (ipykernel {version})")
     lab = Lab(root, tmp_path / "jupyter")
     lab.start()
     try:
         with playwright.sync_playwright() as p:
-            browser = _browser(p)
+            browser = launch_browser(p)
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             try:
                 page.goto(f"{lab.url}/lab/tree/abort.ipynb", wait_until="domcontentloaded", timeout=120_000)
@@ -299,14 +223,14 @@ def test_abort_click_while_another_cell_awaits_stops_the_run(tmp_path, artifacts
                 state = "not started"
                 for attempt in range(4):
                     try:
-                        _kernel_ready(page, kernel=f"Python (ipykernel {version})")
+                        kernel_ready(page, kernel=f"Python (ipykernel {version})")
                     except (playwright.TimeoutError, AssertionError) as exc:  # a dialog that stays: load again
                         state = f"dialog stuck: {exc}"
                         page.reload(wait_until="domcontentloaded", timeout=120_000)
                         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
                         continue
-                    _run_all(page, restart=attempt > 0)
-                    if not _started(page):  # right after the kernel dialog, Run All can be dropped
+                    run_all(page, restart=attempt > 0)
+                    if not started(page):  # right after the kernel dialog, Run All can be dropped
                         continue
                     # streaming, Abort enabled, and the second cell is running (awaiting the panel);
                     # JupyterLab sometimes replaces the kernel as it starts and asks "Select Kernel":
@@ -366,7 +290,7 @@ def test_a_saved_tutorial_reads_well_untrusted(tmp_path, artifacts):
     lab.start()
     try:
         with playwright.sync_playwright() as p:
-            browser = _browser(p)
+            browser = launch_browser(p)
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             try:
                 page.goto(f"{lab.url}/lab/tree/tutorial.ipynb", wait_until="domcontentloaded", timeout=120_000)
@@ -421,7 +345,7 @@ def test_every_saved_tutorial_opens_without_a_raw_widget_repr(tmp_path, artifact
     lab.start()
     try:
         with playwright.sync_playwright() as p:
-            browser = _browser(p)
+            browser = launch_browser(p)
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             try:
                 seen = {}
@@ -476,7 +400,7 @@ def test_the_tool_table_keeps_its_columns_as_calls_change(tmp_path, artifacts):
     page_html = "".join(f"<div id='{k}' style='width:900px'>{wrap(tool_table_html([part(s)]))}</div>"
                         for k, s in states.items())
     with playwright.sync_playwright() as p:
-        browser = _browser(p)
+        browser = launch_browser(p)
         try:
             page = browser.new_page(viewport={"width": 1000, "height": 1400})
             page.set_content(f"<!DOCTYPE html><html><body>{page_html}</body></html>")
@@ -527,7 +451,7 @@ def test_batch_abort_clicked_in_the_dark_theme(tmp_path, artifacts):
     playwright = pytest.importorskip("playwright.sync_api")
     root = tmp_path / "root"
     root.mkdir()
-    _write(root / "batch.ipynb", BATCH_CELLS)
+    write_notebook(root / "batch.ipynb", BATCH_CELLS)
     settings = tmp_path / "jupyter" / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "themes.jupyterlab-settings").write_text(json.dumps({"theme": "JupyterLab Dark"}))
@@ -535,15 +459,15 @@ def test_batch_abort_clicked_in_the_dark_theme(tmp_path, artifacts):
     lab.start()
     try:
         with playwright.sync_playwright() as p:
-            browser = _browser(p)
+            browser = launch_browser(p)
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             try:
                 page.goto(f"{lab.url}/lab/tree/batch.ipynb", wait_until="domcontentloaded", timeout=120_000)
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
                 for attempt in range(3):
-                    _kernel_ready(page, kernel="Python 3 (ipykernel)")
-                    _run_all(page, restart=attempt > 0)
-                    if not _started(page):
+                    kernel_ready(page, kernel="Python 3 (ipykernel)")
+                    run_all(page, restart=attempt > 0)
+                    if not started(page):
                         continue
                     try:
                         page.wait_for_function("""() => [...document.querySelectorAll('.we0-batch-view')]
@@ -552,7 +476,7 @@ def test_batch_abort_clicked_in_the_dark_theme(tmp_path, artifacts):
                     except Exception:
                         if attempt == 2:
                             raise
-                _dismiss_toasts(page)
+                dismiss_toasts(page)
                 page.locator(".we0-batch button:has-text('Abort')").click()
                 out = page.wait_for_function("""() => {
                     const hit = [...document.querySelectorAll('.jp-OutputArea-output')]

@@ -16,7 +16,7 @@ from we0nb import (
     SessionBusyError, We0Agent, fail, text, tool, tool_call, usage, user_message,
 )
 from we0nb._ids import IdSequence, new_id
-from we0nb.models.base import FinishEvent, Model, ModelRequest, TextDelta, ToolCallEvent
+from we0nb.models.base import Model, ModelRequest, TextDelta
 
 
 def agent_with(steps, tools=(), persistence=None, **kw) -> We0Agent:

@@ -106,8 +106,6 @@ def test_openai_chat_model_is_priced_by_its_model_id_as_openai_whatever_its_base
                                                          cache_read_tokens=200, output_tokens=300))
 
 
-
-
 def test_a_call_that_reported_no_usage_has_no_known_cost() -> None:
     assert call_cost(ScriptedModel([], price=(1, 1)), None) is None
 
@@ -122,10 +120,6 @@ class RawModel(Model):
     async def stream(self, request: Any) -> AsyncIterator[Any]:
         for ev in self.steps[request.turn_steps]:
             yield ev
-
-
-def test_a_call_that_reported_no_usage_has_no_known_cost() -> None:
-    assert call_cost(ScriptedModel([], price=(1, 1)), None) is None
 
 
 async def test_a_priced_call_whose_provider_counted_no_token_costs_none_not_zero() -> None:

@@ -136,7 +136,6 @@ async def test_existing_error_is_not_overwritten():
 
 
 async def test_resume_writes_no_user_message_and_keeps_revert_state():
-    from we0nb.messages import SessionRevert
 
     agent, model, log, p = build([[text("ok")]])
     await seed(p, SID, [("read", state("completed"))])

@@ -9,7 +9,6 @@ never a crash, never a hang) or is hidden with a reason; a restarted HTTP server
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,7 +16,7 @@ from typing import Any, Iterator
 import pytest
 
 from mcpkit import free_port, wait_until
-from test_mcp_conformance import HOME, PACKAGES, install, node_env
+from test_mcp_conformance import PACKAGES, install, node_env
 from we0nb import ScriptedModel, We0Agent, text, tool_call, user_message
 from we0nb.mcp import MCPServer
 from we0nb.tools import ToolError, ToolReturn

@@ -6,7 +6,6 @@ import sys
 import pytest
 from enginekit import hanging_read
 
-import we0nb
 from we0nb import (
     ScriptedModel,
     We0Agent,

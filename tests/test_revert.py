@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from we0nb import MemoryPersistence, ScriptedModel, SessionBusyError, We0Agent, text, tool, tool_call, user_message
+from we0nb import ScriptedModel, SessionBusyError, We0Agent, text, tool, tool_call, user_message
 from we0nb.engine.revert import MarkedMessage
 from we0nb.messages import ToolPart
 from we0nb.models.base import AssistantTurn, UserTurn

@@ -8,12 +8,10 @@ not block the event loop, which this module's blocking guard checks).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
 import threading
-import uuid
 from pathlib import Path
 from typing import Any
 

@@ -1,6 +1,5 @@
 """Tools: decorator forms, policy defaults, input validation, sync off the loop, output conversion."""
 
-import asyncio
 import threading
 
 import pytest
