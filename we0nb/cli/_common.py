@@ -8,13 +8,14 @@ way the command ends with one line and exit code 130, never a traceback.
 from __future__ import annotations
 
 import asyncio
+import json
 import shlex
 import signal
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
-__all__ = ["CliError", "CtrlC", "say", "rule", "hint", "EXIT_INTERRUPTED"]
+__all__ = ["CliError", "CtrlC", "say", "rule", "hint", "json_object", "EXIT_INTERRUPTED"]
 
 EXIT_INTERRUPTED = 130
 
@@ -35,6 +36,20 @@ def rule(title: str) -> None:
 def hint(*words: str) -> str:
     """A command line the user can paste: every word shell-quoted (ids and URLs may hold spaces)."""
     return " ".join(shlex.quote(w) for w in words)
+
+
+def json_object(text: str, flag: str, holding: str, example: str, outcome: str = "") -> dict[str, Any]:
+    """The JSON object a flag such as ``--input`` holds; anything else is one line naming the
+    flag, what it should hold and an example (``holding``: "the corrected arguments"), then
+    ``outcome`` (e.g. "Nothing was sent.")."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CliError(f"{flag} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); expected "
+                       f"{holding} as a JSON object, e.g. {flag} '{example}'. {outcome}".rstrip()) from None
+    if not isinstance(value, dict):
+        raise CliError(f"{flag} must be a JSON object ({{...}}) holding {holding}, got {type(value).__name__}. {outcome}".rstrip())
+    return value
 
 
 class CtrlC:

@@ -22,7 +22,7 @@ from ..engine.approval import decide, pending_approvals
 from ..engine.request import check_session_id
 from ..messages import ToolPart, Transcript
 from ..persistence import Persistence
-from ._common import CliError, CtrlC, hint, say
+from ._common import CliError, CtrlC, hint, json_object, say
 from ._db import normalize_db, open_store, safe_url
 from .demo_agent import demo_tools, ledger_path
 from .render import approval_rows, call_label, table
@@ -97,16 +97,7 @@ async def _decide(args: argparse.Namespace, *, approve: bool, edited: Optional[d
 
 def _input(text: str) -> dict[str, Any]:
     """``--input``: the corrected arguments, a JSON object."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CliError(f"--input is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); expected the "
-                       """corrected arguments as a JSON object, e.g. --input '{"item": "tea", "quantity": 1}'.""") \
-            from None
-    if not isinstance(value, dict):
-        raise CliError(f"--input must be a JSON object ({{...}}) holding the corrected arguments, got "
-                       f"{type(value).__name__}.")
-    return value
+    return json_object(text, "--input", "the corrected arguments", '{"item": "tea", "quantity": 1}')
 
 
 def _awaiting(tr: Transcript, session_id: str, call_id: str, url: str) -> ToolPart:

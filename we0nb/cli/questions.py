@@ -17,7 +17,7 @@ from typing import Any
 
 from ..engine.questions import answer_question, awaiting_question, pending_questions
 from ..engine.request import check_session_id
-from ._common import CliError, CtrlC, hint, say
+from ._common import CliError, CtrlC, hint, json_object, say
 from ._db import normalize_db, open_store, safe_url
 from .render import call_label, table
 
@@ -75,15 +75,8 @@ async def cmd_answer(args: argparse.Namespace, ctrl: CtrlC) -> int:
 
 
 def _content(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CliError(f"--content is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); expected the "
-                       """form's fields as a JSON object, e.g. --content '{"name": "tea"}'. Nothing was sent.""") \
-            from None
-    if not isinstance(value, dict):
-        raise CliError(f"--content must be a JSON object ({{...}}) of the form's fields, got {type(value).__name__}.")
-    return value
+    """``--content``: the form's fields, a JSON object."""
+    return json_object(text, "--content", "the form's fields", '{"name": "tea"}', "Nothing was sent.")
 
 
 def _when(t: Any) -> str:
