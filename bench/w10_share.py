@@ -13,7 +13,8 @@ calls). This separates the two, in one process, without the engine's noise:
    ``RunTracer`` being made), **SDK floor** (the noted API calls replayed directly on the
    tracer: the same spans, attributes and times, nothing of ours), and a **bare span**
    (``tracer.start_span("x").end()``: the least any instrumentation pays per span).
-   Ours = the first minus the second.
+   Ours = the first minus the second; and **ours alone**: the observer replay on a tracer
+   whose spans cost nothing (the same Python of ours, no SDK).
 
 CPU time (``time.process_time``, the exporter's thread included), median of rounds; with
 ``--instructions`` the same figures in instructions under callgrind (the difference of a long
@@ -80,6 +81,29 @@ class Recorder:
 
     def run_ended(self, error: Any) -> None:
         self.calls.append(("run_ended", error))
+
+
+class NullSpan:
+    """A recording span that costs nothing: what our observer costs alone, the SDK taken out."""
+
+    def is_recording(self) -> bool:
+        return True
+
+    def get_span_context(self) -> Any:
+        return trace.INVALID_SPAN_CONTEXT
+
+    def end(self, *a: Any, **k: Any) -> None:
+        pass
+
+    set_attribute = set_attributes = set_status = add_event = end
+
+
+class NullProvider:
+    def get_tracer(self, *a: Any, **k: Any) -> "NullProvider":
+        return self
+
+    def start_span(self, *a: Any, **k: Any) -> NullSpan:
+        return NullSpan()
 
 
 class NotingSpan:
@@ -185,6 +209,10 @@ def workloads(provider: TracerProvider) -> dict[str, tuple[Callable[[], None], i
     w2 = run_observer(agent, req)
     assert w2 is not None
     out["w2 step: ours + SDK"] = (lambda: feed(w2, step), 2)
+    alone = copy.copy(agent)
+    alone.tracer_provider = NullProvider()
+    w2_alone = run_observer(alone, req)
+    out["w2 step: ours alone"] = (lambda: feed(w2_alone, step), 2)
     probing = copy.copy(agent)  # (the same agent, noting what is asked of its provider)
     probing.tracer_provider = noting = NotingProvider(provider)
     probe = run_observer(probing, req)
@@ -199,6 +227,9 @@ def workloads(provider: TracerProvider) -> dict[str, tuple[Callable[[], None], i
     def w7() -> None:
         feed(run_observer(agent, req), item)
     out["w7 item: ours + SDK"] = (w7, 8)
+    alone = copy.copy(agent)
+    alone.tracer_provider = NullProvider()
+    out["w7 item: ours alone"] = (lambda: feed(run_observer(alone, req), item), 8)
     probing = copy.copy(agent)
     probing.tracer_provider = noting = NotingProvider(provider)
     feed(run_observer(probing, req), item)
