@@ -5,9 +5,10 @@ not. Each figure is the difference of two runs of one workload under ``valgrind
 --tool=callgrind`` (a long and a short one, so start-up cancels out), divided by the
 difference in deltas or steps. Variants: ``plain`` (OpenTelemetry not imported: every run of a
 process that does not trace), ``off`` (``opentelemetry.trace`` imported, no provider: one
-check per run), ``noop`` (the API's no-op provider given to the agent: every observer call
-made, nothing recorded), ``on`` (SDK provider, ``BatchSpanProcessor``, an exporter that drops
-the spans). ``--base DIR`` measures ``plain`` on another checkout too (e.g. ``/work/base``).
+check per run), ``noop`` (the API's no-op provider given to the agent: the run's span is not
+recording, so nothing more is made — what a run sampled out pays), ``on`` (SDK provider, ``BatchSpanProcessor``, an exporter that drops
+the spans); and ``out``, the ``on`` provider with a sampler that samples nothing (a run
+sampled out: what the other runs pay when one in ten is traced). ``--base DIR`` measures ``plain`` on another checkout too (e.g. ``/work/base``).
 
 ``--floor`` adds the SDK's own cost per span, measured with the ``on`` provider and no we0nb: a
 bare ``tracer.start_span("x").end()``, and spans with the attributes of a W2 step's ``chat`` and
@@ -39,15 +40,16 @@ if variant != "plain":
     from opentelemetry import trace
 if variant == "noop":
     provider = trace.NoOpTracerProvider()
-if variant == "on":
+if variant in ("on", "out"):
     from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
     class Drop(SpanExporter):
         def export(self, spans):
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider()
+    provider = TracerProvider() if variant == "on" else TracerProvider(sampler=ALWAYS_OFF)
     provider.add_span_processor(BatchSpanProcessor(Drop(), max_queue_size=65536, max_export_batch_size=4096,
                                                    schedule_delay_millis=600_000))
 if workload in ("bare", "chat", "tool"):  # the SDK's floor: spans made alone, no we0nb involved
@@ -113,7 +115,7 @@ def main() -> None:
     ap.add_argument("--base", help="another checkout to measure 'plain' on (its PYTHONPATH)")
     ap.add_argument("--floor", action="store_true", help="also the SDK's own instructions per span")
     ap.add_argument("--only", choices=("w1", "w2"), help="one workload only")
-    ap.add_argument("--variants", default="plain,off,noop,on", help="comma-separated, of plain,off,noop,on")
+    ap.add_argument("--variants", default="plain,off,noop,on", help="comma-separated, of plain,off,noop,on,out")
     a = ap.parse_args()
     here = str(HERE.parent.parent)
     rows: list[tuple[str, str, Optional[float], Optional[float]]] = []

@@ -5,8 +5,9 @@ Variants, run in turn in one process so they share the machine's noise:
 * ``none``: no observer factory connected at all (the engine as if we0nb.telemetry did not exist);
 * ``off``: OpenTelemetry imported, no provider configured (what every untraced run pays: one
   check per run);
-* ``noop``: the API's ``NoOpTracerProvider`` given to the agent — every observer call is made,
-  the spans are non-recording: what we0nb's own code adds, without the SDK's cost per span;
+* ``noop``: the API's ``NoOpTracerProvider`` given to the agent — the run's span is not
+  recording, so the tracer makes nothing more: what a run sampled out pays (what our own code
+  costs per span is measured by ``w10_share.py``);
 * ``on``: an SDK ``TracerProvider`` with a ``BatchSpanProcessor`` and an exporter that drops
   the spans (it counts them), given to the agent.
 
