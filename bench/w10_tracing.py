@@ -5,8 +5,9 @@ Variants, run in turn in one process so they share the machine's noise:
 * ``none``: no observer factory connected at all (the engine as if we0nb.telemetry did not exist);
 * ``off``: OpenTelemetry imported, no provider configured (what every untraced run pays: one
   check per run);
-* ``noop``: the API's ``NoOpTracerProvider`` given to the agent — every observer call is made,
-  the spans are non-recording: what we0nb's own code adds, without the SDK's cost per span;
+* ``noop``: the API's ``NoOpTracerProvider`` given to the agent — the run's span is not
+  recording, so the tracer makes nothing more: what a run sampled out pays (what our own code
+  costs per span is measured by ``w10_share.py``);
 * ``on``: an SDK ``TracerProvider`` with a ``BatchSpanProcessor`` and an exporter that drops
   the spans (it counts them), given to the agent.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import time
@@ -139,7 +141,9 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=100)
     ap.add_argument("--w7-runs", type=int, default=3)
+    ap.add_argument("--json", action="store_true", help="end with one line of JSON: every figure by variant")
     a = ap.parse_args()
+    figures: dict[str, Any] = {}
     k, n, c = a.steps, a.items, a.concurrency
 
     async def run() -> None:
@@ -151,21 +155,26 @@ def main() -> None:
         report(f"W2, K={k} steps (async tool), MemoryPersistence, {a.runs} runs of each — wall", got, "ms/step",
                1e3, 4)
         report("W2 — CPU of this process (the exporter's thread included)", cpu, "ms/step", 1e3, 4)
+        figures.update(w2_wall=got, w2_cpu=cpu)
         on_total = sum(got["on"]) * (k + 1)
         print(f"  spans exported while on: {spans:,} ({spans / a.runs:,.0f} per run), "
               f"{spans / on_total:,.0f} spans/s of run time")
+        figures["w2_spans_per_s"] = spans / on_total
 
         ideal = n / c * 4 * 0.05
         got, cpu, spans = await interleaved(tracing, a.w7_runs, lambda p: w7_once(n, c, p))
         report(f"W7-memory, {n} items, concurrency {c}, ideal {ideal:.1f} s, {a.w7_runs} runs of each — wall",
                got, "s", 1, 2)
         report("W7 — CPU per item", cpu, "ms/item", 1e3, 3)
+        figures.update(w7_wall=got, w7_cpu=cpu, w7_spans_per_s=spans / sum(got["on"]))
         for v in VARIANTS:
             print(f"  {v:4} × ideal: {spread([x / ideal for x in got[v]], 3)}")
         print(f"  spans exported while on: {spans:,} ({spans / a.w7_runs:,.0f} per batch), "
               f"{spans / sum(got['on']):,.0f} spans/s")
         tracing.use("off")
         tracing.provider.shutdown()
+        if a.json:
+            print(json.dumps(figures))
 
     asyncio.run(run())
 

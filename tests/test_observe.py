@@ -79,3 +79,19 @@ async def test_no_factory_no_observer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(observe, "_FACTORIES", [])
     agent = We0Agent(ScriptedModel([[text("hi")]]))
     assert observe.observer_for(agent, agent.build_request(messages=[user_message("go")])) is None
+
+
+async def test_an_observer_that_guards_itself_is_called_as_it_is_and_others_are_guarded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class GuardsItself(Watcher):
+        guarded = True
+
+    agent = We0Agent(ScriptedModel([[text("hi")]]))
+    request = agent.build_request(messages=[user_message("go")])
+    itself = GuardsItself()
+    monkeypatch.setattr(observe, "_FACTORIES", [lambda a, r: itself])
+    assert observe.observer_for(agent, request) is itself  # (no guard's call per event)
+    monkeypatch.setattr(observe, "_FACTORIES", [lambda a, r: Watcher()])
+    assert isinstance(observe.observer_for(agent, request), observe.Guarded)
+    monkeypatch.setattr(observe, "_FACTORIES", [lambda a, r: itself, lambda a, r: Watcher()])
+    assert isinstance(observe.observer_for(agent, request), observe.Guarded)  # (two: the pair is guarded)

@@ -398,6 +398,43 @@ async def test_an_exporter_that_blocks_or_fails_never_holds_the_run(fails: bool)
         await asyncio.to_thread(provider.shutdown)
 
 
+class Counting:
+    """A provider that counts the spans its tracer is asked for (and makes them, sampled by ``sampler``)."""
+
+    def __init__(self, sampler: Any) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.real = TracerProvider(sampler=sampler)
+        self.real.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.started = 0
+
+    def get_tracer(self, *a: Any, **k: Any) -> Any:
+        real, outer = self.real.get_tracer(*a, **k), self
+
+        class Tracer:
+            def start_span(self, *a: Any, **k: Any) -> Any:
+                outer.started += 1
+                return real.start_span(*a, **k)
+        return Tracer()
+
+
+async def test_a_run_sampled_out_asks_for_no_child_span_and_a_sampled_one_is_traced_without_a_guard() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+
+    from we0nb.telemetry.run import RunTracer
+
+    for sampler, started, finished in ((ALWAYS_OFF, 1, 0), (ALWAYS_ON, 4, 4)):
+        provider = Counting(sampler)
+        agent = We0Agent(ScriptedModel([[tool_call("look", {"q": "a"})], [text("done")]]), tools=[look],
+                         tracer_provider=provider)
+        result = await agent.invoke(messages=[user_message("go")])
+        assert result.text == "done"
+        # sampled out: the run's span only (not recorded, so neither would its children be);
+        # sampled: the run, its two model calls and its tool
+        assert (provider.started, len(provider.exporter.get_finished_spans())) == (started, finished)
+    # the tracer guards itself (it never fails a run: the tests above): the engine calls it as it is
+    assert isinstance(observe.observer_for(agent, agent.build_request(messages=[user_message("x")])), RunTracer)
+
+
 # --------------------------------------------------------------------------- off
 
 

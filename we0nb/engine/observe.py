@@ -5,7 +5,9 @@ deltas, as the consumer gets it (so what it reports is what was made durable), t
 each model stream, and the run's end however it ends (an abort, a failure). The engine
 calls it at those points only — nothing per delta — and calls nothing when there is no
 observer: one check per run. An observer that raises is logged once per run and dropped,
-never failing the run.
+never failing the run. An observer whose class says ``guarded = True`` catches what it
+raises itself (the tracer does: it is called per event, and a second guard would cost a
+call each time); alone, it is called as it is.
 
 Observers are made per run by the factories connected with :func:`use_run_observers` (the
 package that composes the engine with, say, OpenTelemetry does this): the engine imports
@@ -63,7 +65,9 @@ def observer_for(agent: Any, request: "RunRequest") -> Optional[RunObserver]:
             continue
         if made is not None:
             found = made if found is None else _Both(found, made)
-    return None if found is None else Guarded(found)
+    if found is None or getattr(found, "guarded", False) is True:
+        return found
+    return Guarded(found)
 
 
 class _Both:

@@ -30,12 +30,26 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..engine.abort import Aborted
 from . import attributes as A
+from .attributes import (CACHE_CREATION, CACHE_READ, COST, FINISH_REASONS, INPUT_TOKENS, OUTPUT_TOKENS, STEP,
+                         TOOL_CALL_ID)
 
 __all__ = ["RunTracer"]
 
 log = logging.getLogger("we0nb.telemetry")
 
 _ERROR = StatusCode.ERROR
+_CLIENT, _INTERNAL = SpanKind.CLIENT, SpanKind.INTERNAL  # (an enum member's lookup is not free: once here)
+_time_ns = time.time_ns
+
+#: ``gen_ai.response.finish_reasons`` by we0nb's finish reason (a handful: made once each)
+_REASONS: dict[Optional[str], tuple[str]] = {}
+
+
+def _reasons(reason: Optional[str]) -> tuple[str]:
+    found = _REASONS.get(reason)
+    if found is None:
+        found = _REASONS[reason] = (A.finish_reason(reason),)
+    return found
 
 
 def _ns(seconds: Optional[float]) -> Optional[int]:
@@ -43,10 +57,16 @@ def _ns(seconds: Optional[float]) -> Optional[int]:
 
 
 class RunTracer:
-    """The spans of one run (made by :func:`we0nb.telemetry.run_observer`)."""
+    """The spans of one run (made by :func:`we0nb.telemetry.run_observer`).
 
-    __slots__ = ("tracer", "agent", "content", "span", "ctx", "model_attrs", "chat_attrs", "chat_name", "conversation",
-                 "chat", "chat_end", "tools", "outputs", "last_time", "broken", "kinds")
+    It guards itself (:attr:`guarded`): whatever the tracing API raises ends its watch, logged
+    once, so the engine calls it without a guard of its own — its calls are per event."""
+
+    #: it catches what it raises itself (see :func:`we0nb.engine.observe.observer_for`)
+    guarded = True
+
+    __slots__ = ("tracer", "agent", "content", "span", "ctx", "chat_attrs", "chat_name", "conversation",
+                 "chat", "chat_end", "tools", "outputs", "last_time", "quiet", "kinds")
 
     def __init__(self, tracer: Any, agent: Any, request: Any, agent_name: str) -> None:
         model = agent.model
@@ -54,54 +74,58 @@ class RunTracer:
         self.agent = agent
         self.content: bool = agent.capture_content
         self.conversation = request.session_id
-        base = {A.PROVIDER: model.provider_name, A.REQUEST_MODEL: model.request_model}
-        self.model_attrs = {**base, A.CONVERSATION: request.session_id}
+        provider, request_model = model.provider_name, model.request_model
+        self.chat_attrs = {A.OPERATION: "chat", A.PROVIDER: provider, A.REQUEST_MODEL: request_model,
+                           A.CONVERSATION: request.session_id}
         if model.server_address is not None:
-            self.model_attrs[A.SERVER_ADDRESS] = model.server_address
+            self.chat_attrs[A.SERVER_ADDRESS] = model.server_address
             if model.server_port is not None:
-                self.model_attrs[A.SERVER_PORT] = model.server_port
-        self.chat_attrs = {A.OPERATION: "chat", **self.model_attrs}
-        self.chat_name = f"chat {model.request_model}"
+                self.chat_attrs[A.SERVER_PORT] = model.server_port
+        self.chat_name = f"chat {request_model}"
         attrs = {A.OPERATION: "invoke_agent", A.AGENT_NAME: agent_name, A.CONVERSATION: request.session_id,
-                 **base, A.RUN_MODE: request.mode, A.RUN_ID: request.run_id}
+                 A.PROVIDER: provider, A.REQUEST_MODEL: request_model, A.RUN_MODE: request.mode,
+                 A.RUN_ID: request.run_id}
         if self.content:
             attrs.update(_run_input(agent, request))
-        self.span = tracer.start_span(f"invoke_agent {agent_name}", kind=SpanKind.INTERNAL, attributes=attrs)
+        self.span = tracer.start_span(f"invoke_agent {agent_name}", kind=_INTERNAL, attributes=attrs)
         self.ctx = trace.set_span_in_context(self.span)
-        self.chat: Optional[tuple[int, int]] = None  # the model call under way: (its start in ns, its step)
+        self.chat: Optional[tuple[float, int]] = None  # the model call under way: (its start in s, its step)
         self.chat_end: Optional[int] = None  # when its stream ended (ns)
         self.tools: dict[str, Any] = {}  # part id → open execute_tool span
         self.outputs: list[dict[str, Any]] = []  # the step's output parts (content capture)
         self.last_time = time.time()
-        self.broken = False
+        #: it makes no more spans: the tracing API failed (see :meth:`_break`), or the run's span is
+        #: not recorded — sampled out, or a no-op provider — so neither would its children be (a
+        #: ``ParentBased`` sampler, the SDK's default, samples a child as its parent): nothing of
+        #: the run is built for nobody
+        self.quiet = not self.span.is_recording()
         self.kinds: dict[str, tuple[str, dict[str, Any]]] = {}  # tool → (span name, attributes) (per run)
 
     # ------------------------------------------------------------------ the observer
 
     def event(self, ev: Any) -> None:
-        if self.broken:
+        handler = _HANDLERS.get(ev["type"])
+        if handler is None or self.quiet:
             return
         try:
-            handler = _HANDLERS.get(ev["type"])
-            if handler is not None:
-                handler(self, ev)
+            handler(self, ev)
         except Exception as e:
             self._break(e)
 
     def model_ended(self, step: int, error: Optional[BaseException]) -> None:
-        if self.broken or self.chat is None:
+        if error is None:  # (the usual case: its time, the span is made at the step's end)
+            self.chat_end = _time_ns()
+            return
+        if self.quiet or self.chat is None:
             return
         try:
-            if error is None:
-                self.chat_end = time.time_ns()
-                return
             self._chat_span({}, None, error)
             self.chat = None
         except Exception as e:
             self._break(e)
 
     def run_ended(self, error: Optional[BaseException]) -> None:
-        if self.broken:
+        if self.quiet:
             return
         try:
             if error is not None:
@@ -119,25 +143,27 @@ class RunTracer:
         part = ev.get("part")
         if part is not None:
             attrs[A.TOOL_NAME] = part.tool
-            attrs[A.TOOL_CALL_ID] = part.call_id
+            attrs[TOOL_CALL_ID] = part.call_id
         else:
             attrs["we0nb.message.id"] = ev["message"].id
         self.span.add_event("we0nb.recovery", attrs)
 
     def _step_start(self, ev: Any) -> None:
-        self.chat = (int(ev["message"].time.created * 1e9), ev["step"])
+        self.chat = (ev["message"].time.created, ev["step"])
         self.chat_end = None
-        self.outputs = []
+        if self.content:
+            self.outputs = []
 
     def _chat_span(self, attrs: dict[str, Any], end: Optional[int], error: Optional[BaseException] = None) -> None:
-        """The chat span of the model call under way, made whole: its attributes, start and end."""
+        """The chat span of the model call under way, made whole: its attributes, start and end
+        (one call to the tracing API: the SDK's cost is per call, and per attribute set later)."""
         assert self.chat is not None
         start, step = self.chat
         full = self.chat_attrs.copy()
-        full[A.STEP] = step
+        full[STEP] = step
         full.update(attrs)
-        span = self.tracer.start_span(self.chat_name, context=self.ctx, kind=SpanKind.CLIENT, attributes=full,
-                                      start_time=start)
+        span = self.tracer.start_span(self.chat_name, context=self.ctx, kind=_CLIENT, attributes=full,
+                                      start_time=int(start * 1e9))
         if error is not None:
             _fail(span, error)
         span.end(end_time=end)
@@ -151,7 +177,7 @@ class RunTracer:
         st = part.state
         status = st.status
         if status == "running":
-            self._tool_started(part)
+            self._tool_started(part, st)
         elif status == "pending":
             if self.content and self.chat is not None:
                 self.outputs.append({"type": "tool_call", "id": part.call_id, "name": part.tool,
@@ -159,29 +185,30 @@ class RunTracer:
         else:
             span = self.tools.pop(part.id, None)
             if span is not None:
-                self._tool_ended(span, part)
+                self._tool_ended(span, st)
 
-    def _tool_started(self, part: Any) -> None:
-        st = part.state
+    def _tool_started(self, part: Any, st: Any) -> None:
         known = self.kinds.get(part.tool)
         if known is None:
             known = self.kinds[part.tool] = (f"execute_tool {part.tool}", {
                 A.OPERATION: "execute_tool", A.TOOL_NAME: part.tool, A.CONVERSATION: self.conversation,
                 **_tool_kind(self.agent, part.tool)})
-        name, attrs = known[0], known[1].copy()
-        attrs[A.TOOL_CALL_ID] = part.call_id
-        if st.metadata.get("recalled") is True:
-            attrs["we0nb.tool.recalled"] = True
-        attempt = st.metadata.get("attempt")
-        if isinstance(attempt, int) and attempt > 1:
-            attrs["we0nb.tool.attempt"] = attempt
+        attrs = known[1].copy()
+        attrs[TOOL_CALL_ID] = part.call_id
+        meta = st.metadata
+        if meta:  # (a first attempt carries none: two lookups saved per call)
+            if meta.get("recalled") is True:
+                attrs["we0nb.tool.recalled"] = True
+            attempt = meta.get("attempt")
+            if isinstance(attempt, int) and attempt > 1:
+                attrs["we0nb.tool.attempt"] = attempt
         if self.content:
             attrs[A.TOOL_ARGUMENTS] = A.as_json(st.input)
-        self.tools[part.id] = self.tracer.start_span(name, context=self.ctx, kind=SpanKind.INTERNAL, attributes=attrs,
-                                                     start_time=_ns(st.time.start))
+        begun = st.time.start
+        self.tools[part.id] = self.tracer.start_span(known[0], context=self.ctx, kind=_INTERNAL, attributes=attrs,
+                                                     start_time=None if begun is None else int(begun * 1e9))
 
-    def _tool_ended(self, span: Any, part: Any) -> None:
-        st = part.state
+    def _tool_ended(self, span: Any, st: Any) -> None:
         if st.status == "error":
             span.set_attribute(A.ERROR_TYPE, "interrupted" if st.metadata.get("interrupted") else "tool_error")
             span.set_status(Status(_ERROR, st.error[:300] if self.content else None))
@@ -189,35 +216,50 @@ class RunTracer:
                 span.set_attribute(A.TOOL_RESULT, st.error)
         elif self.content:
             span.set_attribute(A.TOOL_RESULT, st.output)
-        span.end(end_time=_ns(st.time.end))
+        done = st.time.end
+        span.end(end_time=None if done is None else int(done * 1e9))
 
     def _step_finish(self, ev: Any) -> None:
-        if self.chat is None:
+        chat = self.chat
+        if chat is None:
             return
         info = ev["message"]
-        attrs = A.usage_attributes(ev["usage"], info.cost)
-        reason = A.finish_reason(ev["finish_reason"])
-        attrs[A.FINISH_REASONS] = (reason,)
+        usage = ev["usage"]
+        reasons = _reasons(ev["finish_reason"])
+        # the chat span's attributes, in one dict given at its start (what usage_attributes makes, inline)
+        attrs = self.chat_attrs.copy()
+        attrs[STEP] = chat[1]
+        attrs[INPUT_TOKENS] = usage.input_tokens
+        attrs[OUTPUT_TOKENS] = usage.output_tokens
+        if usage.cached_tokens:
+            attrs[CACHE_READ] = usage.cached_tokens
+        if usage.cache_write_tokens:
+            attrs[CACHE_CREATION] = usage.cache_write_tokens
+        cost = info.cost
+        if cost is not None:
+            attrs[COST] = cost
+        attrs[FINISH_REASONS] = reasons
         if self.content:
             attrs[A.OUTPUT_MESSAGES] = A.as_json([{"role": "assistant", "parts": self.outputs,
-                                                   "finish_reason": reason}])
-        self._chat_span(attrs, self.chat_end)
+                                                   "finish_reason": reasons[0]}])
         self.chat = None
+        self.tracer.start_span(self.chat_name, context=self.ctx, kind=_CLIENT, attributes=attrs,
+                               start_time=int(chat[0] * 1e9)).end(end_time=self.chat_end)
         self.last_time = info.time.completed or time.time()
 
     def _approval(self, ev: Any) -> None:
         part = ev["part"]
-        self.span.add_event("we0nb.approval.request", {A.TOOL_NAME: part.tool, A.TOOL_CALL_ID: part.call_id})
+        self.span.add_event("we0nb.approval.request", {A.TOOL_NAME: part.tool, TOOL_CALL_ID: part.call_id})
 
     def _compaction(self, ev: Any) -> None:
         """The summary's model call: a chat span of its own (from the step before it to now)."""
         info = ev["message"]
         attrs = {**self.chat_attrs, "we0nb.compaction": True,
-                 A.FINISH_REASONS: ("stop",), **A.usage_attributes(info.usage, info.cost)}
+                 FINISH_REASONS: ("stop",), **A.usage_attributes(info.usage, info.cost)}
         if self.content:
             attrs[A.OUTPUT_MESSAGES] = A.as_json([{"role": "assistant", "finish_reason": "stop",
                                                    "parts": [{"type": "text", "content": ev["part"].summary}]}])
-        span = self.tracer.start_span(self.chat_name, context=self.ctx, kind=SpanKind.CLIENT, attributes=attrs,
+        span = self.tracer.start_span(self.chat_name, context=self.ctx, kind=_CLIENT, attributes=attrs,
                                       start_time=_ns(self.last_time))
         span.end(end_time=_ns(info.time.completed))
 
@@ -226,7 +268,7 @@ class RunTracer:
         attrs: dict[str, Any] = {A.RUN_RESULT: r.result, "we0nb.run.steps": r.steps,
                                  **A.usage_attributes(r.usage, r.cost)}
         if r.finish_reason is not None:
-            attrs[A.FINISH_REASONS] = (A.finish_reason(r.finish_reason),)
+            attrs[FINISH_REASONS] = _reasons(r.finish_reason)
         if r.approvals:
             attrs["we0nb.approvals.pending"] = len(r.approvals)
         if self.content and r.text:
@@ -250,7 +292,7 @@ class RunTracer:
 
     def _break(self, e: Exception) -> None:
         """The tracing API failed: log it once, end what is open (best effort), trace no more."""
-        self.broken = True
+        self.quiet = True
         log.warning("tracing failed (%s: %s); this run goes on without spans", type(e).__name__, e)
         for span in [*self.tools.values(), self.span]:
             try:
