@@ -41,6 +41,8 @@ from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence
 
 from ..columns import CATEGORIES, TOOL_CALL_NAMES, ColumnReader, ColumnReads, Convert, CorruptRow, Fetched
 from . import tables as T
+from .doc_values import (TEXT_TYPES, attachment_count, cost_of, error_message, json_member,
+                         part_text, tool_call_columns)
 from .sources import driver_errors, engine_for, persistence_of, read_error, where_of
 
 __all__ = ["CATEGORIES", "CorruptRow", "Fetched", "SqlReader", "column_reader", "open_reader", "persistence_of"]
@@ -48,7 +50,6 @@ __all__ = ["CATEGORIES", "CorruptRow", "Fetched", "SqlReader", "column_reader", 
 _CHUNK = 4_096  # rows per fetch: a chunk's row tuples stay in cache until converted
 _MAX_SQL_IDS = 1_000  # a longer session id list is filtered here, not sent as bound parameters
 _NUL = "\\u0000"  # how a JSON document stores a NUL character
-_TEXT_TYPES = ("text", "reasoning")
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,7 @@ class SqlReader(ColumnReader):
         flat += [(c, m.c[c]) for c in ("created", "completed", "parent_id", "model_id", "finish_reason",
                                        "error_reason", "input_tokens", "output_tokens", "reasoning_tokens",
                                        "cached_tokens", "summary")]
-        q = _Query(m, flat, [_Doc("error_message", m.c.error_message, _error_message, False), self._cost()],
+        q = _Query(m, flat, [_Doc("error_message", m.c.error_message, error_message, False), self._cost()],
                    created=m.c.created)
         return self._read(q, ids, since, until, convert)
 
@@ -241,7 +242,7 @@ class SqlReader(ColumnReader):
         sql = _extract(self.dialect, T.messages.c.data, ("cost",), False)
         if sql is not None and self.dialect == "postgresql":
             sql = sa.cast(sql, sa.Float)
-        return _Doc("cost", sql, _cost_of, True)
+        return _Doc("cost", sql, cost_of, True)
 
     def parts(self, ids: Optional[Sequence[str]] = None, since: Optional[int] = None,
               until: Optional[int] = None, convert: Optional[Convert] = None, *,
@@ -249,7 +250,7 @@ class SqlReader(ColumnReader):
         """Parts: ids, type, tool, status, start, end and text (a text/reasoning part's text, a
         compaction's summary). ``tools_only``: tool parts, with call_id, the interrupt/recall
         flags and input/metadata (compact JSON text), output and error instead of type/text,
-        and the approval columns (see :func:`_approval_columns`)."""
+        and the approval columns (see :func:`approval_columns`)."""
         import sqlalchemy as sa
 
         p, m = T.parts, T.messages
@@ -263,8 +264,8 @@ class SqlReader(ColumnReader):
                       self._member("error", ("state", "error")), self._member("metadata", ("state", "metadata"), True),
                       self._member("approval", ("approval",)), self._member("approval_detail", ("approval_detail",), True),
                       _Doc("attachments", _array_length(self.dialect, T.parts.c.data, ("state", "attachments")),
-                           _attachment_count, True)]
-            q.finish, q.finished = _tool_call_columns, list(TOOL_CALL_NAMES)
+                           attachment_count, True)]
+            q.finish, q.finished = tool_call_columns, list(TOOL_CALL_NAMES)
             # ``type || ''`` keeps SQLite from walking ix_we0_parts_tool and looking rows up in
             # index order (random reads): a sequential scan is ~1.5x cheaper; a session filter
             # still uses the session index, and PostgreSQL plans it the same way
@@ -272,10 +273,10 @@ class SqlReader(ColumnReader):
         else:
             q.flat.append(("type", p.c.type))
             text, summary = self._extract(("text",)), self._extract(("summary",))
-            sql = None if text is None else sa.case((p.c.type.in_(_TEXT_TYPES), text),
+            sql = None if text is None else sa.case((p.c.type.in_(TEXT_TYPES), text),
                                                     (p.c.type == "compaction", summary), else_=sa.null())
-            q.docs = [_Doc("text", sql, _part_text, True)]
-            q.applies = p.c.type.in_((*_TEXT_TYPES, "compaction"))
+            q.docs = [_Doc("text", sql, part_text, True)]
+            q.applies = p.c.type.in_((*TEXT_TYPES, "compaction"))
         return self._read(q, ids, since, until, convert)
 
     # ------------------------------------------------------------------ query parts
@@ -285,7 +286,7 @@ class SqlReader(ColumnReader):
         return _extract(self.dialect, T.parts.c.data, path, as_json)
 
     def _member(self, name: str, path: tuple[str, ...], as_json: bool = False) -> _Doc:
-        return _Doc(name, self._extract(path, as_json), lambda d: _json_member(d, path, as_json), True)
+        return _Doc(name, self._extract(path, as_json), lambda d: json_member(d, path, as_json), True)
 
     def _has_nul(self, data: Any) -> Any:
         import sqlalchemy as sa
@@ -448,85 +449,6 @@ def _array_length(dialect: str, col: Any, path: Sequence[str]) -> Any:
         member = sa.cast(col, postgresql.JSON)[tuple(path)]
         return sa.case((sa.func.json_typeof(member) == "array", sa.func.json_array_length(member)), else_=0)
     return None
-
-
-def _attachment_count(doc: dict) -> int:
-    state = doc.get("state")
-    found = state.get("attachments") if isinstance(state, dict) else None
-    return len(found) if isinstance(found, list) else 0
-
-
-def _dump(obj: Any) -> str:
-    import pydantic_core
-
-    return pydantic_core.to_json(obj).decode()
-
-
-def _json_member(doc: dict, path: Sequence[str], as_json: bool) -> Optional[str]:
-    v: Any = doc
-    for k in path:
-        v = v.get(k) if isinstance(v, dict) else None
-    if v is None:
-        return None
-    return v if isinstance(v, str) and not as_json else _dump(v)
-
-
-def _tool_call_columns(chunk: dict[str, Any]) -> dict[str, Any]:
-    """The approval columns, then the exactly-once ones (:func:`.call_facts.exactly_once_columns`), and
-    the attachment count."""
-    from .call_facts import exactly_once_columns
-
-    chunk = exactly_once_columns(_approval_columns(chunk))
-    chunk["attachments"] = tuple(0 if v is None else int(v) for v in chunk["attachments"])  # (a corrupt row: 0)
-    return chunk
-
-
-def _approval_columns(chunk: dict[str, Any]) -> dict[str, Any]:
-    """A tool call's approval columns, from ``approval`` and its ``approval_detail`` document.
-
-    The database extracts two members per row (most rows have no approval: their detail is
-    NULL); the few details there are parse here: ``approval_reason`` (the reason a person gave
-    with a denial, else why the call needed approval), ``approved_input`` (the arguments a
-    person corrected when approving, compact JSON) and ``decided`` (epoch seconds).
-    """
-    details = chunk.pop("approval_detail")
-    n = len(details)
-    reason: list[Any] = [None] * n
-    approved: list[Any] = [None] * n
-    decided: list[Any] = [None] * n
-    for i, text in enumerate(details):
-        if text is None:
-            continue
-        try:
-            d = json.loads(text)
-        except ValueError:
-            d = None
-        if not isinstance(d, dict):
-            continue
-        approval = chunk["approval"][i]
-        if approval is not None:
-            reason[i] = d.get("reason" if approval == "denied" else "why")
-        if d.get("input") is not None:
-            approved[i] = _dump(d["input"])
-        t = d.get("decided")
-        decided[i] = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
-    chunk.update(approval_reason=tuple(reason), approved_input=tuple(approved), decided=tuple(decided))
-    return chunk
-
-
-def _part_text(doc: dict) -> Optional[str]:
-    t = doc.get("type")
-    return _json_member(doc, ("text",), False) if t in _TEXT_TYPES else \
-        _json_member(doc, ("summary",), False) if t == "compaction" else None
-
-
-def _cost_of(doc: dict) -> Optional[float]:
-    v = doc.get("cost")
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _error_message(doc: dict) -> Optional[str]:
-    return _json_member(doc, ("error", "message"), False)
 
 
 def _time_filter(stmt: Any, col: Any, since: Optional[int], until: Optional[int]) -> Any:

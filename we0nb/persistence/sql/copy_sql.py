@@ -81,7 +81,7 @@ def copy_statements(dialect: str) -> dict[str, str]:
     sid, dst = p("sid"), p("dst")
     cols = ", ".join(f"t.{c}" for c in _MESSAGE_COLUMNS)
     pcols = ", ".join(f"p.{c}" for c in _PART_COLUMNS)
-    new_parent = f"""'"error":null,"parent_id":"' || t.x || '"'"""
+    new_parent = """'"error":null,"parent_id":"' || t.x || '"'"""
     message_index = (f"SELECT s.id, s.role, s.created, CASE WHEN s.completed IS NULL THEN 0 ELSE 1 END, s.parent_id, "
                      f"CASE WHEN {msg_ok} THEN 1 ELSE 0 END FROM we0_messages s WHERE s.session_id = {sid}")
     part_index = (f"SELECT p.id, p.message_id, p.type, p.status, CASE WHEN {part_ok} THEN 1 ELSE 0 END, {keyed} "
