@@ -99,7 +99,10 @@ class ToolExecutor:
             self.state.scope.check()
             policy = self._policy(tp.tool)
             action, walk = decide(tp, policy, "live", walk)
-            async for ev in self.carry_out(action, tp, defer_final=i == last_index):
+            # (an execution straight to execute: one generator fewer per call)
+            events = (self.execute(tp, recalled=False, defer_final=i == last_index) if action.action == "execute"
+                      else self.carry_out(action, tp, defer_final=i == last_index))
+            async for ev in events:
                 yield ev
             walk = after_execution(walk, tp, policy) if action.action == "execute" else walk
 
