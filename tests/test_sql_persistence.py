@@ -487,6 +487,38 @@ async def test_wal_checkpoints_run_off_the_loop_and_close_stops_them(tmp_path: P
     await q.close()
 
 
+async def test_the_wal_size_is_looked_at_once_per_stride_of_bytes_written_not_per_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small commits add up to the stride before the WAL's size is looked at (a stat); a commit
+    whose text alone passes the stride has it looked at right after it."""
+    db = tmp_path / "stride.db"
+    p = SqlPersistence(f"sqlite:///{db}")
+    sid = new_id("ses")
+    await p.upsert_session(_session(sid))
+    inline = p._db
+    assert isinstance(inline, InlineSqlite)
+    looks: list[str] = []
+    real_stat = os.stat
+
+    def stat(path: Any, *a: Any, **kw: Any) -> Any:
+        if str(path).endswith("-wal"):
+            looks.append(str(path))
+        return real_stat(path, *a, **kw)
+
+    monkeypatch.setattr("we0nb.persistence.sql.inline.os.stat", stat)
+    msgs, parts = _history(sid)
+    await put(p, msgs[1])
+    for _ in range(100):
+        await put(p, None, parts[3].model_copy(update={"id": new_id("prt")}))
+    assert 0 < len(looks) <= 100 // 4, looks  # (a small part: well under a stride each)
+    assert inline.unseen < inline.WAL_STRIDE
+    looks.clear()
+    big = parts[3].model_copy(update={"id": new_id("prt"), "text": "x" * (inline.WAL_STRIDE // 4 + 1)})
+    await put(p, None, big)
+    assert len(looks) == 1  # (its text alone is a stride: the WAL is looked at at once)
+    await p.close()
+
+
 @pytest.mark.parametrize("inline", [True, False])
 async def test_read_only_database_file_is_a_clear_error(tmp_path: Path, inline: bool) -> None:
     """A database the process may not write (a read-only SQLite URI: this holds as root too,
