@@ -78,6 +78,10 @@ class InlineSqlite:
     FRAME = 4096 + 24
     #: the longest single async back-off sleep while the database is locked (seconds)
     MAX_BACKOFF = 0.025
+    #: the back-off sleep while this connection's own checkpoint holds the write lock (seconds):
+    #: short and not growing — it lasts a few milliseconds, and a doubling sleep would overshoot
+    #: its end by as much again
+    CKPT_BACKOFF = 0.0005
 
     def __init__(self, database: str, uri: bool, synchronous: str, busy_timeout: float, where: str):
         self.database, self.uri, self.where = database, uri, where
@@ -94,6 +98,7 @@ class InlineSqlite:
         self.ckpt_wake = threading.Event()
         self.ckpt_thread: Optional[threading.Thread] = None
         self.ckpt_stop = False
+        self.ckpt_locking = False  # the checkpoint thread holds (or waits for) the write lock
         self.group = SqliteGroup(self)
 
     # ------------------------------------------------------------------ the driver
@@ -173,7 +178,15 @@ class InlineSqlite:
             except Busy as b:
                 if time.monotonic() >= deadline:
                     raise wrap(b.error, self.where) from b.error
-            delay = min(delay * 2, self.MAX_BACKOFF)
+            delay = self.next_backoff(delay)
+
+    def next_backoff(self, delay: float) -> float:
+        """The sleep after ``delay`` while the database stays locked: doubling up to
+        :attr:`MAX_BACKOFF` (another process's lock), :attr:`CKPT_BACKOFF` while this connection's
+        own checkpoint holds it (it ends within milliseconds: the writer goes on right after)."""
+        if self.ckpt_locking:
+            return self.CKPT_BACKOFF
+        return min(delay * 2, self.MAX_BACKOFF)
 
     def _call(self, fn: Callable[..., T], *args: Any) -> T:
         """The one place inline statements run: on this thread, errors as PersistenceError or Busy."""
@@ -326,7 +339,11 @@ class InlineSqlite:
                     # (the loop backs off meanwhile) to copy the rest and empty the WAL — a passive one
                     # alone would leave it growing behind a busy writer
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                    self.ckpt_locking = True
+                    try:
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                    finally:
+                        self.ckpt_locking = False
                 except sqlite3.Error as e:  # busy, read-only or a full disk: the next commit asks again
                     log.debug("WAL checkpoint skipped: %s", e)
         finally:
