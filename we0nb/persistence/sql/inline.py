@@ -212,7 +212,8 @@ class InlineSqlite:
         """Each commit's guard, then its ops when the guard held; one transaction."""
         out = []
         pages, text = 0, 0
-        with _writing(conn):
+        conn.execute("BEGIN IMMEDIATE")  # (as _writing does, inline: this is every commit's path)
+        try:
             for ops, guard in commits:
                 ok = guard is None or held(conn.execute(_SQL[guard[0]], guard[1]).rowcount)
                 pages += _GUARD_PAGES
@@ -227,6 +228,11 @@ class InlineSqlite:
                         pages += p
                         text += t
                 out.append(ok)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
         self._committed(pages * self.frame + text)
         return out
 
