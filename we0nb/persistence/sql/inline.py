@@ -21,7 +21,8 @@ stopping anyone (a passive checkpoint), then runs a ``TRUNCATE`` one: it takes t
 copy what was written since, and empties the file. So the WAL stays within about one database
 plus a few MiB (and at most a few tens of MiB) whatever the batch's length — a passive checkpoint
 alone never catches up with a busy writer: the file only grew — and writers wait for a
-checkpoint of at most what the passive pass left, never of the whole WAL.
+checkpoint of at most what the passive pass left, never of the whole WAL, retrying every
+:attr:`~InlineSqlite.CKPT_BACKOFF` meanwhile (not a doubling sleep that would outlast it).
 :meth:`~InlineSqlite.close` joins that thread and closes the connection (which checkpoints) off the loop.
 
 While several runs of one loop commit at once (a batch), their commits go through
