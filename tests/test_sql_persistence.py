@@ -487,6 +487,88 @@ async def test_wal_checkpoints_run_off_the_loop_and_close_stops_them(tmp_path: P
     await q.close()
 
 
+async def test_the_wal_size_is_looked_at_once_per_stride_of_bytes_written_not_per_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small commits add up to the stride before the WAL's size is looked at (a stat); a commit
+    whose text alone passes the stride has it looked at right after it."""
+    db = tmp_path / "stride.db"
+    p = SqlPersistence(f"sqlite:///{db}")
+    sid = new_id("ses")
+    await p.upsert_session(_session(sid))
+    inline = p._db
+    assert isinstance(inline, InlineSqlite)
+    looks: list[str] = []
+    real_stat = os.stat
+
+    def stat(path: Any, *a: Any, **kw: Any) -> Any:
+        if str(path).endswith("-wal"):
+            looks.append(str(path))
+        return real_stat(path, *a, **kw)
+
+    monkeypatch.setattr("we0nb.persistence.sql.inline.os.stat", stat)
+    msgs, parts = _history(sid)
+    await put(p, msgs[1])
+    for _ in range(100):
+        await put(p, None, parts[3].model_copy(update={"id": new_id("prt")}))
+    assert 0 < len(looks) <= 100 // 4, looks  # (a small part: well under a stride each)
+    assert inline.unseen < inline.WAL_STRIDE
+    looks.clear()
+    big = parts[3].model_copy(update={"id": new_id("prt"), "text": "x" * (inline.WAL_STRIDE // 4 + 1)})
+    await put(p, None, big)
+    assert len(looks) == 1  # (its text alone is a stride: the WAL is looked at at once)
+    await p.close()
+
+
+def test_the_backoff_while_our_own_checkpoint_holds_the_lock_stays_short(tmp_path: Path) -> None:
+    """Another process's lock: sleeps doubling up to MAX_BACKOFF. This connection's own TRUNCATE
+    checkpoint (a few milliseconds): CKPT_BACKOFF each time, so the writer goes on right after it
+    instead of up to a doubled sleep later."""
+    inline = InlineSqlite(str(tmp_path / "b.db"), False, "NORMAL", 5.0, "b.db")
+    d, seen = 0.0005, []
+    for _ in range(8):
+        d = inline.next_backoff(d)
+        seen.append(d)
+    assert seen[:3] == [0.001, 0.002, 0.004] and seen[-1] == inline.MAX_BACKOFF
+    inline.ckpt_locking = True
+    assert [inline.next_backoff(x) for x in (0.0005, 0.004, inline.MAX_BACKOFF)] == [inline.CKPT_BACKOFF] * 3
+
+
+async def test_a_writer_waits_for_our_checkpoint_in_short_sleeps(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the checkpoint thread holds the write lock, a commit retries every CKPT_BACKOFF and
+    lands once the lock is free (the lock is held here by another connection, flagged as ours)."""
+    import sqlite3
+
+    import we0nb.persistence.sql.inline as inline_module
+
+    db = tmp_path / "w.db"
+    p = SqlPersistence(f"sqlite:///{db}")
+    await p.upsert_session(_session("ses_1"))
+    inline = p._db
+    assert isinstance(inline, InlineSqlite)
+    sleeps: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(delay: float) -> None:
+        sleeps.append(delay)
+        if len(sleeps) == 12:
+            await off_loop(other.execute, "COMMIT")  # (the "checkpoint" ends)
+            inline.ckpt_locking = False
+        await real_sleep(0)
+
+    off_loop = asyncio.to_thread  # (the other connection: off the loop, as a checkpoint is)
+    other = await asyncio.to_thread(sqlite3.connect, str(db), isolation_level=None, check_same_thread=False)
+    await asyncio.to_thread(other.execute, "BEGIN IMMEDIATE")
+    inline.ckpt_locking = True
+    monkeypatch.setattr(inline_module.asyncio, "sleep", sleep)
+    await p.upsert_session(_session("ses_2"))
+    monkeypatch.undo()
+    assert sleeps[1:12] == [inline.CKPT_BACKOFF] * 11 and len(sleeps) == 12
+    assert {s.id for s in await p.list_sessions()} == {"ses_1", "ses_2"}
+    await asyncio.to_thread(other.close)
+    await p.close()
+
+
 @pytest.mark.parametrize("inline", [True, False])
 async def test_read_only_database_file_is_a_clear_error(tmp_path: Path, inline: bool) -> None:
     """A database the process may not write (a read-only SQLite URI: this holds as root too,

@@ -158,3 +158,34 @@ async def test_the_session_row_goes_with_the_runs_first_and_last_commits() -> No
     assert p.alone == 0 and p.with_commit[-1] and not any(p.with_commit[:-1])  # (it exists: only its end time)
     later = (await agent.transcript("s")).session
     assert later.time.created == first.time.created and later.time.updated > first.time.updated
+
+
+class Rows(MemoryPersistence):
+    """Records, per commit, the roles of its message rows and the statuses of its tool parts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits: list[tuple[list[str], list[str]]] = []
+
+    async def commit(self, writes: Any, **kw: Any) -> None:
+        roles = [m.role for m, _, _ in writes if m is not None]
+        tools = [p.state.status for _, ps, _ in writes for p in ps if p.type == "tool"]
+        self.commits.append((roles, tools))
+        await super().commit(writes, **kw)
+
+
+@pytest.mark.parametrize("reported", [True, False])
+async def test_the_write_ahead_carries_the_message_row_only_when_the_call_reported_usage(reported: bool) -> None:
+    """The model call's usage goes with its first call's write-ahead (an abort while the tool
+    runs keeps it); a call that reported no token and has no cost changed nothing on the row
+    the step's start wrote, so the write-ahead is the running part alone."""
+    from we0nb.testing import usage
+
+    p = Rows()
+    step = [tool_call("ping", {"i": 1})] + ([usage(10, 5)] if reported else [])
+    agent = We0Agent(ScriptedModel([step, [text("done")]]), tools=[ping], persistence=p)
+    await agent.invoke(session_id="s", messages=[user_message("go")])
+    ahead = [roles for roles, tools in p.commits if tools == ["running"]]
+    assert ahead == [["assistant"] if reported else []]
+    stored = [m.info for m in (await p.load_transcript("s")).messages if m.info.role == "assistant"][0]
+    assert stored.usage.input_tokens == (10 if reported else 0)

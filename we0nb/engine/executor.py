@@ -95,15 +95,30 @@ class ToolExecutor:
     def _policy(self, tool: str) -> Optional[ToolPolicy]:
         return self.state.tools.policies.get(tool)
 
-    async def run_step(self, calls: list[ToolPart]) -> AsyncIterator[Event]:
+    def run_step(self, calls: list[ToolPart]) -> AsyncIterator[Event]:
         """The calls of a finished model stream, in order. The last call's end state is left
-        to the step's end, which the run writes right after (one commit fewer)."""
+        to the step's end, which the run writes right after (one commit fewer). (Iterate it at
+        once: a single call is decided when this is called — its own events, no generator
+        around them.)"""
+        if len(calls) == 1:
+            tp = calls[0]
+            self.state.scope.check()
+            action, _ = decide(tp, self._policy(tp.tool), "live", Walk())
+            if action.action == "execute":
+                return self.execute(tp, recalled=False, defer_final=True)
+            return self.carry_out(action, tp, defer_final=True)
+        return self._run_calls(calls)
+
+    async def _run_calls(self, calls: list[ToolPart]) -> AsyncIterator[Event]:
         walk, last_index = Walk(), len(calls) - 1
         for i, tp in enumerate(calls):
             self.state.scope.check()
             policy = self._policy(tp.tool)
             action, walk = decide(tp, policy, "live", walk)
-            async for ev in self.carry_out(action, tp, defer_final=i == last_index):
+            # (an execution straight to execute: one generator fewer per call)
+            events = (self.execute(tp, recalled=False, defer_final=i == last_index) if action.action == "execute"
+                      else self.carry_out(action, tp, defer_final=i == last_index))
+            async for ev in events:
                 yield ev
             walk = after_execution(walk, tp, policy) if action.action == "execute" else walk
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, AsyncIterator, Union
 
 from .._ids import now
-from ..messages import AssistantMessage, MessageTime, MessageWithParts, StepFinishPart, StepStartPart, ToolPart
+from ..messages import AssistantMessage, MessageTime, MessageWithParts, StepFinishPart, StepStartPart, ToolPart, Usage
 from ..models.base import FinishEvent, ModelRequest
 from ..models.pricing import add_cost, call_cost
 from .abort import Aborted
@@ -47,16 +47,26 @@ async def run_step(state: "RunState", executor: "ToolExecutor",
         reply = processor.run(request, prelude=_started(state, info, request))
     else:
         await writer.write(info, start)
-        async for ev in _started(state, info, request):
-            yield ev
+        # (what _started yields, without a generator of its own: one fewer per step)
+        await writer.settle()
+        held = writer.take_held_events()
+        if held:
+            for ev in held:
+                yield ev
+            if state.scope.is_set:
+                await _undo(state, info)
+        if state.steps > 1 and agent.toolset.sources:
+            await state.refresh_tools()
+            request.tools = list(state.tools.schemas)
+        yield {"type": "step-start", "step": state.steps, "message": state.snap(info)}
         reply = processor.run(request)
     async for item in reply:
         yield item
-    _price(state, info, processor)
     calls = msg.tool_parts
-    if calls and processor.finish is not None:
+    if _price(state, info, processor) and calls:
         # the model call's usage and cost go with the first call's write-ahead: an abort while
-        # the calls run keeps what the call cost (the step's end rewrites the message anyway)
+        # the calls run keeps what the call cost (the step's end rewrites the message anyway);
+        # a call that reported neither leaves the row as the step's start wrote it: no write
         writer.hold_message(info)
     async for ev in executor.run_step(calls):
         yield ev
@@ -87,21 +97,38 @@ async def _started(state: "RunState", info: AssistantMessage, request: ModelRequ
         for ev in held:
             yield ev
         if state.scope.is_set:
-            await writer.p.delete_messages(state.session_id, [info.id])
-            state.messages.pop()
-            state.steps -= 1
-            raise Aborted
+            await _undo(state, info)
     if state.steps > 1 and state.agent.toolset.sources:  # (after the commit above: it holds the last step's end)
         await state.refresh_tools()  # an MCP server's tools may have changed, or it restarted
         request.tools = list(state.tools.schemas)
     yield {"type": "step-start", "step": state.steps, "message": state.snap(info)}
 
 
-def _price(state: "RunState", info: AssistantMessage, processor: StepProcessor) -> None:
-    """The model call's usage and what it cost, on its message, as soon as the reply has ended."""
+def has_tokens(u: Usage) -> bool:
+    """Whether ``u`` counts any token (a zero usage is what a new message holds already)."""
+    return bool(u.input_tokens or u.output_tokens or u.reasoning_tokens or u.cached_tokens or u.cache_write_tokens)
+
+
+async def _undo(state: "RunState", info: AssistantMessage) -> None:
+    """An abort set while the previous step's end events were handed out: the step that was
+    starting is undone, as if it had not started."""
+    await state.writer.p.delete_messages(state.session_id, [info.id])
+    state.messages.pop()
+    state.steps -= 1
+    raise Aborted
+
+
+def _price(state: "RunState", info: AssistantMessage, processor: StepProcessor) -> bool:
+    """The model call's usage and what it cost, on its message, as soon as the reply has ended;
+    whether the message now says more than the step's start wrote (tokens, or a known cost)."""
     finish = processor.finish
-    info.usage = finish.usage if finish is not None else FinishEvent().usage
-    info.cost = call_cost(state.agent.model, finish.usage if finish is not None else None, info.time.created)
+    if finish is None:  # (no finish event: no usage, no cost — what the start wrote)
+        info.usage = Usage()
+        info.cost = None
+        return False
+    usage = info.usage = finish.usage
+    cost = info.cost = call_cost(state.agent.model, usage, info.time.created)
+    return cost is not None or has_tokens(usage)
 
 
 def _close_step(state: "RunState", msg: MessageWithParts, processor: StepProcessor,
@@ -109,7 +136,8 @@ def _close_step(state: "RunState", msg: MessageWithParts, processor: StepProcess
     """Close the step's message: its finish part, times and usage; the step end's events."""
     info: AssistantMessage = msg.info  # type: ignore[assignment]
     finish = processor.finish or FinishEvent()
-    state.usage = state.usage + info.usage
+    if has_tokens(info.usage):
+        state.usage = state.usage + info.usage
     end = now()
     sf = StepFinishPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
                         reason=finish.reason, usage=finish.usage, time=end)

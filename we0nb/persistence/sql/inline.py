@@ -11,7 +11,9 @@ and a statement that finds another process's write lock is retried with an async
 
 WAL checkpoints (the only fsyncs under NORMAL) run on a background thread, never in a commit
 (automatic checkpoints are off). The WAL is kept bounded by its size, not by a count of
-commits: after each commit the loop looks at the WAL's size (one ``stat``); past
+commits: the loop looks at the WAL's size (one ``stat``) once its own commits may have added
+:attr:`~InlineSqlite.WAL_STRIDE` bytes since it last looked (a bound reckoned from each commit's
+rows and their text, :func:`_bound`: no system call per commit); past
 :attr:`~InlineSqlite.WAL_LIMIT` (or the database's own size, when larger, up to
 :attr:`~InlineSqlite.WAL_CAP`) it wakes the thread. The thread copies what it can without
 stopping anyone (a passive checkpoint), then runs a ``TRUNCATE`` one: it takes the write lock
@@ -19,7 +21,8 @@ stopping anyone (a passive checkpoint), then runs a ``TRUNCATE`` one: it takes t
 copy what was written since, and empties the file. So the WAL stays within about one database
 plus a few MiB (and at most a few tens of MiB) whatever the batch's length — a passive checkpoint
 alone never catches up with a busy writer: the file only grew — and writers wait for a
-checkpoint of at most what the passive pass left, never of the whole WAL.
+checkpoint of at most what the passive pass left, never of the whole WAL, retrying every
+:attr:`~InlineSqlite.CKPT_BACKOFF` meanwhile (not a doubling sleep that would outlast it).
 :meth:`~InlineSqlite.close` joins that thread and closes the connection (which checkpoints) off the loop.
 
 While several runs of one loop commit at once (a batch), their commits go through
@@ -68,8 +71,18 @@ class InlineSqlite:
     WAL_CAP = 16 * 1024 * 1024
     #: the size SQLite cuts the WAL file back to when it starts it again (``journal_size_limit``)
     WAL_KEEP = 4 * 1024 * 1024
+    #: the WAL bytes this connection's commits may add before it looks at the WAL's size again (at
+    #: most an eighth of the limit); each commit counts a bound of what it wrote (:func:`_bound`),
+    #: so the WAL passes its limit by at most this much before a checkpoint is asked for
+    WAL_STRIDE = 512 * 1024
+    #: the bytes of a WAL frame per page written, for the bound (the page size + the frame header)
+    FRAME = 4096 + 24
     #: the longest single async back-off sleep while the database is locked (seconds)
     MAX_BACKOFF = 0.025
+    #: the back-off sleep while this connection's own checkpoint holds the write lock (seconds):
+    #: short and not growing — it lasts a few milliseconds, and a doubling sleep would overshoot
+    #: its end by as much again
+    CKPT_BACKOFF = 0.0005
 
     def __init__(self, database: str, uri: bool, synchronous: str, busy_timeout: float, where: str):
         self.database, self.uri, self.where = database, uri, where
@@ -80,10 +93,13 @@ class InlineSqlite:
         self.wal_path = ""  # the WAL file ("": none to watch, e.g. an in-memory database)
         self.db_path = ""
         self.wal_limit = self.WAL_LIMIT
+        self.unseen = 0  # the bound of the WAL bytes written since the WAL's size was last looked at
+        self.frame = self.FRAME
         self.checkpoints = 0  # how many checkpoints were asked for (the tests read it)
         self.ckpt_wake = threading.Event()
         self.ckpt_thread: Optional[threading.Thread] = None
         self.ckpt_stop = False
+        self.ckpt_locking = False  # the checkpoint thread holds (or waits for) the write lock
         self.group = SqliteGroup(self)
 
     # ------------------------------------------------------------------ the driver
@@ -163,7 +179,15 @@ class InlineSqlite:
             except Busy as b:
                 if time.monotonic() >= deadline:
                     raise wrap(b.error, self.where) from b.error
-            delay = min(delay * 2, self.MAX_BACKOFF)
+            delay = self.next_backoff(delay)
+
+    def next_backoff(self, delay: float) -> float:
+        """The sleep after ``delay`` while the database stays locked: doubling up to
+        :attr:`MAX_BACKOFF` (another process's lock), :attr:`CKPT_BACKOFF` while this connection's
+        own checkpoint holds it (it ends within milliseconds: the writer goes on right after)."""
+        if self.ckpt_locking:
+            return self.CKPT_BACKOFF
+        return min(delay * 2, self.MAX_BACKOFF)
 
     def _call(self, fn: Callable[..., T], *args: Any) -> T:
         """The one place inline statements run: on this thread, errors as PersistenceError or Busy."""
@@ -188,17 +212,29 @@ class InlineSqlite:
     def _together(self, conn: sqlite3.Connection, commits: Sequence[Commit]) -> list[bool]:
         """Each commit's guard, then its ops when the guard held; one transaction."""
         out = []
-        with _writing(conn):
+        pages, text = 0, 0
+        conn.execute("BEGIN IMMEDIATE")  # (as _writing does, inline: this is every commit's path)
+        try:
             for ops, guard in commits:
                 ok = guard is None or held(conn.execute(_SQL[guard[0]], guard[1]).rowcount)
+                pages += _GUARD_PAGES
                 if ok:
                     for stmt, params in ops:
                         if isinstance(params, list):
                             conn.executemany(_SQL[stmt], params)
+                            p, t = _bound(params)
                         else:
                             conn.execute(_SQL[stmt], params)
+                            p, t = _bound((params,))
+                        pages += p
+                        text += t
                 out.append(ok)
-        self._committed()
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._committed(pages * self.frame + text)
         return out
 
     def _statements(self, conn: sqlite3.Connection, calls: Sequence[Call]) -> list[Any]:
@@ -238,6 +274,7 @@ class InlineSqlite:
                 conn.execute("PRAGMA wal_autocheckpoint = 0")
                 conn.execute(f"PRAGMA journal_size_limit = {self.WAL_KEEP}")
                 self.db_path = conn.execute("PRAGMA database_list").fetchone()[2] or ""
+                self.frame = conn.execute("PRAGMA page_size").fetchone()[0] + 24
                 self.wal_path = self.db_path + "-wal" if self.db_path else ""
             ensure_schema(SqliteDb(conn, self.where))
             self._probe_writable(conn)
@@ -258,10 +295,18 @@ class InlineSqlite:
 
     # ------------------------------------------------------------------ WAL checkpoints off the loop
 
-    def _committed(self) -> None:
-        """After a commit: ask for a checkpoint once the WAL has outgrown its limit."""
+    def _committed(self, bound: Optional[int] = None) -> None:
+        """After a commit that wrote at most ``bound`` bytes to the WAL (None: unknown): ask for a
+        checkpoint once the WAL has outgrown its limit. The WAL's size is looked at only once the
+        commits since the last look may have added :attr:`WAL_STRIDE` bytes (or an eighth of the
+        limit, when that is less)."""
         if not self.wal_path:
             return
+        if bound is not None:
+            self.unseen += bound
+            if self.unseen < min(self.WAL_STRIDE, self.wal_limit // 8):
+                return
+        self.unseen = 0
         try:
             wal = os.stat(self.wal_path).st_size
             if wal <= self.wal_limit:
@@ -301,11 +346,40 @@ class InlineSqlite:
                     # (the loop backs off meanwhile) to copy the rest and empty the WAL — a passive one
                     # alone would leave it growing behind a busy writer
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                    self.ckpt_locking = True
+                    try:
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                    finally:
+                        self.ckpt_locking = False
                 except sqlite3.Error as e:  # busy, read-only or a full disk: the next commit asks again
                     log.debug("WAL checkpoint skipped: %s", e)
         finally:
             conn.close()
+
+
+#: WAL pages a commit's guard may write (the lease's row: its table's page and a split's)
+_GUARD_PAGES = 2
+#: WAL pages one written row may touch besides its text: its table's leaf and each index's, and
+#: a split of each (far more than a row of the engine's writes touches: they share pages)
+_ROW_PAGES = 8
+
+
+def _bound(rows: Sequence[Params]) -> tuple[int, int]:
+    """A bound of what writing ``rows`` adds to the WAL: ``(pages, bytes of text)``. A row's long
+    text is its ``data`` (and a message's ``model_view``), counted at 4 bytes a character (UTF-8's
+    most) — overflow pages hold it; a row without ``data`` counts its every string."""
+    pages, text = 0, 0
+    for r in rows:
+        pages += _ROW_PAGES
+        if not isinstance(r, dict):
+            continue
+        data = r.get("data")
+        if isinstance(data, str):
+            view = r.get("model_view")
+            text += len(data) + (len(view) if isinstance(view, str) else 0)
+        else:
+            text += sum(len(v) for v in r.values() if isinstance(v, (str, bytes)))
+    return pages, 4 * text
 
 
 @contextlib.contextmanager
