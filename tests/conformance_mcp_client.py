@@ -98,7 +98,7 @@ def stub_arguments(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 async def run(url: str, scenario: str) -> None:
-    server = MCPServer.http(url, name="conformance", auth=auth_for(scenario, url),
+    server = MCPServer.http(url, name="conformance", auth=auth_for(scenario, url), protocol="auto",
                             elicitation=lambda request: request.accept({}), timeout=60)
     async with server:
         tools = {t.remote_name: t for t in server._tools}
