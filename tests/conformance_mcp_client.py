@@ -25,6 +25,8 @@ log = logging.getLogger("conformance")
 
 #: the tool each scenario's server expects to be called, and its arguments
 CALLS = {"tools_call": ("add_numbers", {"a": 5, "b": 3}), "sse-retry": ("test_reconnection", {})}
+#: the scenarios that check a call to each of their tools (SEP-2322: the multi-round-trip ones)
+EVERY_TOOL = {"sep-2322-client-request-state"}
 
 
 def context() -> dict[str, Any]:
@@ -107,15 +109,31 @@ async def run(url: str, scenario: str) -> None:
             return
         if scenario == "json-schema-2020-12-preservation":  # echo the focal tool's inputSchema as listed
             CALLS[scenario] = ("json_schema_echo", {"schema": tools["json_schema_2020_12_tool"].input_schema})
-        name, args = CALLS.get(scenario) or (next(iter(tools)), None)
-        if args is None:
-            args = stub_arguments(tools[name].input_schema)
-        model = ScriptedModel([[tool_call(name, args)], [text("done")]])
-        async with We0Agent(model, tools=[server]) as agent:
-            result = await agent.invoke(messages=[user_message(f"call {name}")])
-            (part,) = [p for m in (await agent.transcript(result.session_id)).messages for p in m.tool_parts]
-        log.info("%s -> %s: %s", name, part.state.status, getattr(part.state, "output", None)
-                 or getattr(part.state, "error", None))
+        for name, args in calls(scenario, tools):
+            await call(server, name, args)
+
+
+def calls(scenario: str, tools: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The tool calls the scenario expects: those its context names, its own, or every tool
+    (in the listed order) where it checks each, else the first one with stub arguments."""
+    if context().get("toolCalls"):  # (a null argument is one not given: we0nb checks arguments against the
+        # tool's inputSchema before calling, and null is not a boolean; the scenario accepts either)
+        return [(c["name"], {k: v for k, v in (c.get("arguments") or {}).items() if v is not None})
+                for c in context()["toolCalls"]]
+    if scenario in CALLS:
+        return [CALLS[scenario]]
+    names = list(tools) if scenario in EVERY_TOOL else [next(iter(tools))]
+    return [(n, stub_arguments(tools[n].input_schema)) for n in names]
+
+
+async def call(server: MCPServer, name: str, args: dict[str, Any]) -> None:
+    """One call the way an agent makes it: a model asks for the tool, we0nb calls the server."""
+    model = ScriptedModel([[tool_call(name, args)], [text("done")]])
+    async with We0Agent(model, tools=[server]) as agent:
+        result = await agent.invoke(messages=[user_message(f"call {name}")])
+        (part,) = [p for m in (await agent.transcript(result.session_id)).messages for p in m.tool_parts]
+    log.info("%s -> %s: %s", name, part.state.status, getattr(part.state, "output", None)
+             or getattr(part.state, "error", None))
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from typing import Any, Optional
 from ..tools import ToolContext, ToolError, ToolReturn
 from .adapter import IDEMPOTENCY_META_KEY, to_return
 from .client import Progress, maybe_await
+from .rounds import call_tool
 
 __all__ = ["call_once"]
 
@@ -41,14 +42,14 @@ async def call_once(server: Any, session: Any, name: str, arguments: dict[str, A
 
     if own_timeout is not None:
         with anyio.CancelScope(deadline=anyio.current_time() + own_timeout) as scope:
-            result = await session.call_tool(name, arguments, progress_callback=on_progress, meta=meta)
+            result = await call_tool(session, name, arguments, progress_callback=on_progress, meta=meta)
         if scope.cancelled_caught:
             raise ToolError(f"{server.label} did not answer the call to {name!r} within {own_timeout:g} s of its "
                             "last progress (timeout=, reset_timeout_on_progress=True), so it was cancelled "
                             "(notifications/cancelled sent); its outcome is unknown.",
                             {"mcp_error": "timeout", **_progress(last)})
     else:
-        result = await session.call_tool(name, arguments, read_timeout_seconds=timeout,
+        result = await call_tool(session, name, arguments, read_timeout_seconds=timeout,
                                          progress_callback=on_progress, meta=meta)
     try:
         value = to_return(result, server.label, name)
