@@ -56,6 +56,8 @@ def auth_for(scenario: str, url: str) -> Any:
                                           client_id=ctx["client_id"], assertion_provider=jwt.create_assertion_provider())
     if scenario in ("auth/cross-app-access-complete-flow", "auth/enterprise-managed-authorization"):
         return identity_assertion(url, ctx)
+    if scenario == "auth/wif-jwt-bearer":  # the workload's JWT, the authorization server from configuration
+        return oauth.workload_identity(url, ctx["client_id"], ctx["valid_jwt"], issuer=issuer_of(url))
     storage = oauth.MemoryTokenStorage()
     auth = oauth.authorization_code(url, tokens=storage, open_url=browser, timeout=20,
                                     client_metadata_url="https://conformance-test.local/client-metadata.json")
@@ -73,7 +75,6 @@ def identity_assertion(url: str, ctx: dict[str, Any]) -> Any:
     """SEP-990 (enterprise-managed authorization): an ID-JAG from the enterprise IdP (RFC 8693 token
     exchange), then the MCP authorization server's jwt-bearer grant — the SDK's provider, as auth=."""
     from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
-    from mcp.client.auth.utils import build_protected_resource_metadata_discovery_urls
 
     async def fetch_id_jag(audience: str, resource: str) -> str:
         async with httpx2.AsyncClient(timeout=30) as http:
@@ -85,12 +86,19 @@ def identity_assertion(url: str, ctx: dict[str, Any]) -> Any:
             resp.raise_for_status()
             return str(resp.json()["access_token"])
 
-    prm_url = build_protected_resource_metadata_discovery_urls(None, url)[0]
-    prm = httpx2.get(prm_url, timeout=30).raise_for_status().json()  # the AS issuer (configuration, in practice)
     return IdentityAssertionOAuthProvider(server_url=url, storage=oauth.MemoryTokenStorage(),
                                           client_id=ctx["client_id"], client_secret=ctx["client_secret"],
-                                          issuer=prm["authorization_servers"][0], assertion_provider=fetch_id_jag,
+                                          issuer=issuer_of(url), assertion_provider=fetch_id_jag,
                                           token_endpoint_auth_method="client_secret_basic")
+
+
+def issuer_of(url: str) -> str:
+    """The authorization server the MCP server names (configuration, in practice: the scenario's
+    servers listen on ports chosen at start)."""
+    from mcp.client.auth.utils import build_protected_resource_metadata_discovery_urls
+
+    prm_url = build_protected_resource_metadata_discovery_urls(None, url)[0]
+    return str(httpx2.get(prm_url, timeout=30).raise_for_status().json()["authorization_servers"][0])
 
 
 def stub_arguments(schema: dict[str, Any]) -> dict[str, Any]:
