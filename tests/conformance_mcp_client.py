@@ -68,7 +68,7 @@ def auth_for(scenario: str, url: str) -> Any:
         storage.client_info = OAuthClientInformationFull(
             client_id=ctx["client_id"], client_secret=ctx.get("client_secret"), redirect_uris=redirect,
             token_endpoint_auth_method="client_secret_basic" if ctx.get("client_secret") else "none")
-    return auth
+    return oauth.dpop(auth) if scenario.startswith("auth/dpop") else auth
 
 
 def identity_assertion(url: str, ctx: dict[str, Any]) -> Any:

@@ -31,8 +31,7 @@ CLIENT = Path(__file__).with_name("conformance_mcp_client.py")
 
 #: the client scenarios MCP 2025-11-25 requires (`conformance list --requirements 2025-11-25`), then the
 #: 2025-03-26 back-compat ones, the authorization extensions we0nb's auth= serves, and the 2026-07-28
-#: ones (the client connects with protocol="auto"). Not here: auth/dpop and auth/dpop-nonce (DPoP-bound
-#: tokens, RFC 9449), which neither the SDK nor we0nb's auth= offers yet (docs/mcp.md)
+#: ones (the client connects with protocol="auto"): every client scenario of the suite
 SCENARIOS = [
     "initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry",
     "auth/metadata-default", "auth/metadata-var1", "auth/metadata-var2", "auth/metadata-var3", "auth/basic-cimd",
@@ -48,6 +47,7 @@ SCENARIOS = [
     "request-metadata", "http-standard-headers", "http-custom-headers", "http-invalid-tool-headers",
     "sep-2322-client-request-state", "auth/offline-access-scope", "auth/offline-access-not-supported",
     "auth/authorization-server-migration", "auth/iss-supported", "auth/iss-not-advertised", "auth/wif-jwt-bearer",
+    "auth/dpop", "auth/dpop-nonce",
 ]
 
 

@@ -6,6 +6,8 @@
   one-shot listener, and the tokens are kept in a JSON file you name (``tokens=``), so the
   next session — or kernel — reuses and refreshes them without asking again.
 - :func:`client_credentials` — a headless worker with a client id and secret.
+- :func:`dpop` — any of them with its tokens bound to a key this process holds (DPoP, RFC 9449;
+  :mod:`we0nb.mcp.dpop`).
 - :func:`workload_identity` — a workload whose platform vouches for it with a signed JWT (a
   Kubernetes service account token, a cloud's identity token): the RFC 7523 jwt-bearer grant,
   no secret kept anywhere (workload identity federation, SEP-1933).
@@ -26,8 +28,8 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional, Union
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["FileTokenStorage", "MemoryTokenStorage", "authorization_code", "client_credentials", "workload_identity",
-           "OAuthError"]
+__all__ = ["FileTokenStorage", "MemoryTokenStorage", "authorization_code", "client_credentials", "dpop",
+           "workload_identity", "OAuthError"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -263,3 +265,11 @@ def workload_identity(url: str, client_id: str, assertion: Union[str, Callable[[
     return _WorkloadIdentity(server_url=url, storage=_storage(tokens), client_id=client_id,
                              client_secret="(none: a public client)", issuer=issuer, assertion_provider=current,
                              scope=scope)
+
+
+def dpop(auth: Any) -> Any:
+    """``auth`` (one of the above, or an SDK provider) with DPoP-bound tokens: proofs signed with a
+    fresh key on the token requests and on every request to the MCP server (see :mod:`we0nb.mcp.dpop`)."""
+    from .dpop import dpop as bind
+
+    return bind(auth)
