@@ -179,14 +179,15 @@ async def handshake(session: Any, protocol: str) -> None:
     stands alone, carrying the version, client info and capabilities in its ``_meta`` and the
     ``MCP-Protocol-Version`` / ``Mcp-Method`` / ``Mcp-Name`` headers), retry once at a version
     the server names, and fall back to ``initialize`` for a server that does not speak it."""
-    try:
-        from mcp.client._probe import negotiate_auto
-    except ImportError:  # an SDK without the 2026-07-28 protocol: the handshake is all there is
-        negotiate_auto = None
-    if protocol == "auto" and negotiate_auto is not None:
-        await negotiate_auto(session)
-    else:
-        await session.initialize()
+    if protocol == "auto":
+        try:
+            from mcp.client._probe import negotiate_auto
+        except ImportError:  # an SDK without the 2026-07-28 protocol: the handshake is all there is
+            pass
+        else:
+            await negotiate_auto(session)
+            return
+    await session.initialize()
 
 
 async def list_tools(session: Any) -> list[Any]:

@@ -132,19 +132,22 @@ class DPoPAuth(httpx2.Auth):
 
     async def async_auth_flow(self, request: Any) -> AsyncGenerator[Any, Any]:
         flow = self.inner.async_auth_flow(request)
-        outgoing = await flow.__anext__()
-        while True:
-            signed = self._sign(outgoing)
-            response = yield outgoing
-            if signed and await self._challenged(outgoing, response):
-                self._sign(outgoing)  # (again, with the nonce: a new jti)
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                signed = self._sign(outgoing)
                 response = yield outgoing
-            if response.status_code == 200 and _is_token_request(outgoing):
-                response = await self._as_bearer(response)
-            try:
-                outgoing = await flow.asend(response)
-            except StopAsyncIteration:
-                return
+                if signed and await self._challenged(outgoing, response):
+                    self._sign(outgoing)  # (again, with the nonce: a new jti)
+                    response = yield outgoing
+                if response.status_code == 200 and _is_token_request(outgoing):
+                    response = await self._as_bearer(response)
+                try:
+                    outgoing = await flow.asend(response)
+                except StopAsyncIteration:
+                    return
+        finally:
+            await flow.aclose()  # (in this task: the wrapped flow may hold a lock)
 
     def sync_auth_flow(self, request: Any) -> Any:
         raise RuntimeError("DPoP (we0nb.mcp.dpop) works with the async HTTP client MCPServer.http uses.")
