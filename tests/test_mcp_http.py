@@ -126,3 +126,39 @@ async def test_auth_takes_an_httpx_auth_and_a_401_is_named_an_authorization_prob
         guarded.kill()
     with pytest.raises(TypeError, match=r"auth=\.\.\.\): expected an httpx2\.Auth"):
         MCPServer.http(guarded.url, auth="s3cret")
+
+
+async def test_protocol_auto_speaks_2026_07_28_where_the_server_does(http_server: HttpServer) -> None:
+    """protocol='auto' probes server/discover and, answered, sends each request on its own: the
+    ``Mcp-Method`` header (2026-07-28) reaches the tool; 'legacy' keeps the initialize handshake."""
+    answers = {}
+    for protocol in ("auto", "legacy"):
+        server = MCPServer.http(http_server.url, name="web", protocol=protocol)
+        model = ScriptedModel([[tool_call("header", {"name": "Mcp-Method"})], [text("done")]])
+        async with We0Agent(model, tools=[server]) as agent:
+            r = await agent.invoke(messages=[user_message("go")])
+            (p,) = parts(await agent.transcript(r.session_id))
+            answers[protocol] = (p.state.output, server._live().session.protocol_version)
+    assert answers == {"auto": ('{"result":"tools/call"}', "2026-07-28"), "legacy": ('{"result":"(none)"}', "2025-11-25")}
+    with pytest.raises(ValueError, match="protocol="):
+        MCPServer.http(http_server.url, protocol="2026")
+
+
+async def test_protocol_auto_answers_an_elicitation_in_input_rounds(http_server: HttpServer) -> None:
+    """On 2026-07-28 the server asks by answering tools/call with an InputRequiredResult; the
+    call is made again with the answer (and the server's requestState), and the answer is the user's."""
+    seen = []
+
+    def answer(request):
+        seen.append(request.message)
+        return request.accept({"name": "Ada"})
+
+    server = MCPServer.http(http_server.url, name="web", protocol="auto", elicitation=answer)
+    model = ScriptedModel([[tool_call("ask_resolved", {"question": "Who?"})], [text("done")]])
+    async with We0Agent(model, tools=[server]) as agent:
+        r = await agent.invoke(messages=[user_message("go")])
+        (p,) = parts(await agent.transcript(r.session_id))
+    assert seen == ["Who?"], p.state
+    assert p.state.output == """{"result":"accept: {'name': 'Ada', 'count': 3}"}"""
+    (note,) = entries(http_server.ledger, "ask_resolved")
+    assert note["data"] == {"name": "Ada", "count": 3} and note["protocol"] == "2026-07-28"

@@ -102,3 +102,87 @@ def test_client_credentials_and_bad_token_storage() -> None:
     MCPServer.http("https://example.org/mcp", auth=auth)  # accepted as auth=
     with pytest.raises(TypeError, match="tokens=: expected a file path"):
         oauth.authorization_code("https://example.org/mcp", tokens=42)
+
+
+async def test_workload_identity_trades_the_current_jwt_for_a_token_as_a_public_client() -> None:
+    """The jwt-bearer grant (RFC 7523) at the configured issuer's token endpoint: the JWT the
+    function returns now, the client id, the resource, and no secret; then the MCP request carries
+    the token. A refusal is one line, not retried."""
+    issuer, seen = "https://as.example.org", []
+    jwts = iter(["jwt-1", "jwt-2"])
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/.well-known/oauth-authorization-server":
+            return httpx2.Response(200, json={"issuer": issuer, "token_endpoint": f"{issuer}/token",
+                                              "authorization_endpoint": f"{issuer}/authorize",
+                                              "response_types_supported": ["code"]})
+        if request.url.path == "/token":
+            form = dict(x.split("=", 1) for x in request.content.decode().split("&"))
+            seen.append(form)
+            if form["assertion"] == "jwt-2":
+                return httpx2.Response(400, json={"error": "invalid_grant"})
+            return httpx2.Response(200, json={"access_token": "tok", "token_type": "Bearer"})
+        ok = request.headers.get("authorization") == "Bearer tok"
+        return httpx2.Response(200 if ok else 401, json={})
+
+    auth = oauth.workload_identity("https://mcp.example.org/mcp", "workload", lambda: next(jwts), issuer=issuer)
+    async with httpx2.AsyncClient(auth=auth, transport=httpx2.MockTransport(handler)) as http:
+        assert (await http.post("https://mcp.example.org/mcp")).status_code == 200
+    (form,) = seen
+    assert form == {"grant_type": "urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer", "assertion": "jwt-1",
+                    "client_id": "workload", "resource": "https%3A%2F%2Fmcp.example.org%2Fmcp"}
+    refused = oauth.workload_identity("https://mcp.example.org/mcp", "workload", lambda: next(jwts), issuer=issuer)
+    async with httpx2.AsyncClient(auth=refused, transport=httpx2.MockTransport(handler)) as http:
+        with pytest.raises(Exception, match="invalid_grant"):
+            await http.post("https://mcp.example.org/mcp")
+    assert len(seen) == 2
+    with pytest.raises(TypeError, match="assertion="):
+        oauth.workload_identity("https://mcp.example.org/mcp", "workload", "", issuer=issuer)
+
+
+async def test_dpop_binds_the_token_to_a_key_and_answers_a_nonce_challenge() -> None:
+    """dpop(auth): the token request carries a proof signed by the key in its header; a DPoP token
+    is presented with the DPoP scheme and a proof naming it (ath), a fresh one each request; a
+    use_dpop_nonce challenge is answered once, signing again with the server's nonce."""
+    import base64
+    import hashlib
+
+    import jwt
+
+    issuer, proofs = "https://as.example.org", []
+
+    def proof_of(request: httpx2.Request) -> dict:
+        token = request.headers["dpop"]
+        header = jwt.get_unverified_header(token)
+        key = jwt.algorithms.ECAlgorithm.from_jwk(header["jwk"])
+        claims = jwt.decode(token, key, algorithms=["ES256"])
+        assert header["typ"] == "dpop+jwt" and "d" not in header["jwk"]
+        proofs.append(claims)
+        return claims
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/.well-known/oauth-authorization-server":
+            return httpx2.Response(200, json={"issuer": issuer, "token_endpoint": f"{issuer}/token",
+                                              "authorization_endpoint": f"{issuer}/authorize",
+                                              "response_types_supported": ["code"]})
+        if request.url.path == "/mcp" and "authorization" not in request.headers:
+            return httpx2.Response(401, headers={"WWW-Authenticate": "DPoP"})
+        claims = proof_of(request)
+        if request.url.path == "/token":
+            assert claims["htm"] == "POST" and claims["htu"] == f"{issuer}/token" and "ath" not in claims
+            return httpx2.Response(200, json={"access_token": "tok", "token_type": "DPoP"})
+        if claims.get("nonce") != "n-1":
+            return httpx2.Response(401, headers={"WWW-Authenticate": 'DPoP error="use_dpop_nonce"',
+                                                 "DPoP-Nonce": "n-1"})
+        assert request.headers["authorization"] == "DPoP tok"
+        assert claims["ath"] == base64.urlsafe_b64encode(hashlib.sha256(b"tok").digest()).rstrip(b"=").decode()
+        return httpx2.Response(200, json={})
+
+    auth = oauth.dpop(oauth.workload_identity("https://mcp.example.org/mcp?x=1", "workload", "jwt", issuer=issuer))
+    assert isinstance(auth, httpx2.Auth)
+    async with httpx2.AsyncClient(auth=auth, transport=httpx2.MockTransport(handler)) as http:
+        assert (await http.post("https://mcp.example.org/mcp?x=1")).status_code == 200
+        assert (await http.post("https://mcp.example.org/mcp?x=1")).status_code == 200
+    mcp = [p for p in proofs if p["htu"] == "https://mcp.example.org/mcp"]  # (no query in htu)
+    assert len(mcp) >= 3 and [p.get("nonce") for p in mcp[-2:]] == ["n-1", "n-1"]
+    assert len({p["jti"] for p in proofs}) == len(proofs)  # a fresh proof each time

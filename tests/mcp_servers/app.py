@@ -9,7 +9,7 @@ side effects), ``slow`` (sleeps; notes a cancellation in the ledger), ``fail`` (
 ``charge`` (idempotentHint; records the idempotency key sent in ``_meta``), ``structured`` (structuredContent), ``picture``/``clip``/``links`` (image, audio, resource
 link), ``embedded`` (embedded resources with annotations), ``die`` (the process exits mid-call), ``garbage`` (writes a non-JSON line to stdout),
 ``report`` (listed as task-required), ``countdown`` (progress), ``ask``/``visit`` (form and URL
-elicitation), ``ask_badly`` (an elicitation with a malformed schema), ``folders`` (the client's roots), ``chatty`` (log messages), ``flood`` (progress and logs as fast as it can), ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID); the resource ``notes://today``.
+elicitation), ``ask_resolved`` (an elicitation by the SDK's resolver: input rounds on 2026-07-28), ``ask_badly`` (an elicitation with a malformed schema), ``folders`` (the client's roots), ``chatty`` (log messages), ``flood`` (progress and logs as fast as it can), ``grow`` (adds a tool and sends notifications/tools/list_changed), ``whoami`` (its PID); the resource ``notes://today``.
 An item or key ``"block"`` makes ``place_order``/``lookup``/``charge`` write the ledger, then wait forever —
 the first time only (a file beside the ledger remembers it), so a recalled call finishes.
 """
@@ -20,11 +20,11 @@ import argparse
 import asyncio
 import json
 import os
-from typing import TypedDict
+from typing import Annotated, TypedDict
 
 from pydantic import BaseModel
 
-from mcp.server.mcpserver import Audio, Context, Image, MCPServer
+from mcp.server.mcpserver import Audio, Context, Elicit, Image, MCPServer, Resolve
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import (Annotations, BlobResourceContents, EmbeddedResource, ResourceLink, TextContent,
                        TextResourceContents, ToolAnnotations, ToolExecution)
@@ -200,6 +200,13 @@ def build(ledger: str) -> MCPServer:
         return f"{answer.action}: {answer.data.model_dump() if answer.action == 'accept' else ''}"
 
     @app.tool()
+    async def ask_resolved(question: str, order: Annotated[Contact, Resolve(who)], ctx: Context) -> str:
+        """Asks the user through the SDK's resolver: a request mid-call on 2025-11-25, an
+        InputRequiredResult (answered by calling again) on 2026-07-28."""
+        note("ask_resolved", data=order.model_dump(), protocol=ctx.protocol_version)
+        return f"accept: {order.model_dump()}"
+
+    @app.tool()
     async def ask_badly(ctx: Context) -> str:
         """Asks with a schema that is not valid JSON Schema (a property whose type is 5)."""
         answer = await ctx.session.elicit_form("Broken form", {"type": "object", "properties": {"x": {"type": 5}}},
@@ -246,6 +253,17 @@ def _wire_fd() -> int:
 
     claim = getattr(stdio, "_claims", {}).get(1)
     return claim.private_fd if claim is not None and claim.private_fd is not None else 1
+
+
+class Contact(BaseModel):
+    """What ``ask_resolved`` asks for (module level: the SDK reads its tools' annotations by name)."""
+
+    name: str
+    count: int = 3
+
+
+def who(question: str) -> Elicit[Contact]:
+    return Elicit(question, Contact)
 
 
 def main() -> None:

@@ -116,7 +116,7 @@ async def cmd_resume(args: argparse.Namespace, ctrl: CtrlC) -> int:
                 f"    await agent.invoke(mode='resume', session_id={session_id!r})")
         ledger = ledger_path(url)
         approve = any(q.approval is not None for m in tr.messages for q in m.tool_parts)  # made with --approve
-        exactly_once = tr.session.title != AT_MOST_ONCE_TITLE  # made with --at-most-once
+        exactly_once = tr.session is None or tr.session.title != AT_MOST_ONCE_TITLE  # (--at-most-once)
         agent = demo_agent(p, session_id, ledger, delay=args.delay, approve=approve, exactly_once=exactly_once)
         say(f"Resuming {session_id}: its last turn is not over in the store. With the demo's tools and model:")
         code = await resume_phase(p, agent, ctrl, session_id, url)

@@ -10,6 +10,7 @@ from typing import Any, Optional
 from ..tools import ToolContext, ToolError, ToolReturn
 from .adapter import IDEMPOTENCY_META_KEY, to_return
 from .client import InFlight, Progress, maybe_await
+from .rounds import call_tool
 
 __all__ = ["call_once"]
 
@@ -52,7 +53,7 @@ async def call_once(server: Any, session: Any, name: str, arguments: dict[str, A
             with anyio.CancelScope(deadline=anyio.current_time() + own_timeout) as scope:
                 if call is not None:
                     call.scope = scope
-                result = await session.call_tool(name, arguments, progress_callback=on_progress, meta=meta)
+                result = await call_tool(session, name, arguments, progress_callback=on_progress, meta=meta)
             if scope.cancelled_caught:
                 since = "its last progress (reset_timeout_on_progress=True)" if server.reset_timeout_on_progress \
                     else "its start (time a person took to answer not counted)"
@@ -60,8 +61,8 @@ async def call_once(server: Any, session: Any, name: str, arguments: dict[str, A
                                 f"{since}, so it was cancelled (notifications/cancelled sent); its outcome is "
                                 "unknown.", {"mcp_error": "timeout", **_progress(last)})
         else:
-            result = await session.call_tool(name, arguments, read_timeout_seconds=timeout,
-                                             progress_callback=on_progress, meta=meta)
+            result = await call_tool(session, name, arguments, read_timeout_seconds=timeout,
+                                     progress_callback=on_progress, meta=meta)
     finally:
         if call is not None:
             server.features.calls.remove(call)

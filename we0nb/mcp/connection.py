@@ -135,7 +135,7 @@ class Connection:
                     client_info=mcp.Implementation(name="we0nb", version=_version()),
                     **server.features.session_kwargs()))
                 with anyio.fail_after(server.connect_timeout):  # (innermost scope: exited in LIFO order)
-                    await session.initialize()
+                    await handshake(session, server.protocol)
                     tools = await list_tools(session)
                 self.session = session
                 self._ready.set_result(tools)
@@ -170,6 +170,24 @@ class Connection:
             self.stale = True
         elif method == "notifications/resources/list_changed":
             log.info("%s: its resources changed (notifications/resources/list_changed)", self.server.label)
+
+
+async def handshake(session: Any, protocol: str) -> None:
+    """Agree on the protocol: ``"legacy"`` — the ``initialize`` handshake (MCP 2025-11-25 and
+    before, a session the server keeps); ``"auto"`` — the SDK's own policy (what its ``Client``
+    does by default): probe ``server/discover`` at the newest version (2026-07-28: every request
+    stands alone, carrying the version, client info and capabilities in its ``_meta`` and the
+    ``MCP-Protocol-Version`` / ``Mcp-Method`` / ``Mcp-Name`` headers), retry once at a version
+    the server names, and fall back to ``initialize`` for a server that does not speak it."""
+    if protocol == "auto":
+        try:
+            from mcp.client._probe import negotiate_auto
+        except ImportError:  # an SDK without the 2026-07-28 protocol: the handshake is all there is
+            pass
+        else:
+            await negotiate_auto(session)
+            return
+    await session.initialize()
 
 
 async def list_tools(session: Any) -> list[Any]:

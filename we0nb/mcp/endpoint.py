@@ -14,6 +14,7 @@ __all__ = ["Endpoint"]
 class Endpoint(Protocol):
     kind: str                  # "stdio" or "http"
     connect_timeout: float
+    protocol: str              # "legacy" (the initialize handshake) or "auto" (2026-07-28 when served)
     options: Any               # PolicyOptions: trust_annotations, policies, requires_approval …
     features: Any              # ClientFeatures: the session's callbacks (elicitation, roots, logs)
     hidden_tools: dict[str, str]

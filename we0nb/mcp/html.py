@@ -42,7 +42,7 @@ def server_html(server: Endpoint) -> str:
     hidden = getattr(server, "hidden_tools", {})
     note = "".join(f"<div class='we0-muted' style='{_MUTED}'>not offered: <code>{_esc(n)}</code> ({_esc(why)})</div>"
                    for n, why in hidden.items())
-    table = (f"<table class='we0-tools' style='border-collapse:collapse'><thead><tr>"
+    table = ("<table class='we0-tools' style='border-collapse:collapse'><thead><tr>"
              + "".join(f"<th style='{_CELL}'>{_esc(c)}</th>" for c in _COLS)
              + f"</tr></thead><tbody>{''.join(cells)}</tbody></table>")
     return f"<div class='we0'>{head}{table}{note}</div>"

@@ -6,6 +6,11 @@
   one-shot listener, and the tokens are kept in a JSON file you name (``tokens=``), so the
   next session — or kernel — reuses and refreshes them without asking again.
 - :func:`client_credentials` — a headless worker with a client id and secret.
+- :func:`dpop` — any of them with its tokens bound to a key this process holds (DPoP, RFC 9449;
+  :mod:`we0nb.mcp.dpop`).
+- :func:`workload_identity` — a workload whose platform vouches for it with a signed JWT (a
+  Kubernetes service account token, a cloud's identity token): the RFC 7523 jwt-bearer grant,
+  no secret kept anywhere (workload identity federation, SEP-1933).
 
 Both return an ``httpx2.Auth`` (the SDK's ``OAuthClientProvider``): discovery, dynamic client
 registration, PKCE, refresh and the ``resource`` parameter are the SDK's. A step that fails
@@ -23,7 +28,8 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional, Union
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["FileTokenStorage", "MemoryTokenStorage", "authorization_code", "client_credentials", "OAuthError"]
+__all__ = ["FileTokenStorage", "MemoryTokenStorage", "authorization_code", "client_credentials", "dpop",
+           "workload_identity", "OAuthError"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -224,3 +230,46 @@ def client_credentials(url: str, client_id: str, client_secret: str, *, tokens: 
         warnings.simplefilter("ignore")
         return ClientCredentialsOAuthProvider(url, _storage(tokens), client_id, client_secret, scope=scope,
                                               issuer=issuer)
+
+
+def workload_identity(url: str, client_id: str, assertion: Union[str, Callable[[], Union[str, Awaitable[str]]]], *,
+                      issuer: str, tokens: Any = None, scope: Optional[str] = None) -> Any:
+    """An ``auth=`` for a workload that proves who it is with a JWT its platform signed (workload
+    identity federation): the jwt-bearer grant (RFC 7523) at ``issuer``'s token endpoint, as the
+    public client ``client_id``. ``assertion``: the JWT, or a function returning the current one
+    (sync or async: platforms rotate them, e.g. re-read a projected token file), asked each time
+    a token is needed. ``issuer``: the authorization server, configuration rather than discovery
+    (the MCP server is not asked where to send the JWT). A refusal (``invalid_grant`` …) is not
+    retried with the same JWT or another grant: it is one line naming the step.
+    """
+    from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
+
+    if not (isinstance(assertion, str) and assertion) and not callable(assertion):
+        raise TypeError("workload_identity(assertion=...): expected the JWT, or a function returning it.")
+
+    async def current(_audience: str, _resource: str) -> str:
+        jwt = assertion() if callable(assertion) else assertion
+        return str(await jwt) if asyncio.iscoroutine(jwt) else str(jwt)
+
+    class _WorkloadIdentity(IdentityAssertionOAuthProvider):
+        def _build_token_request(self, scope: Optional[str], assertion: str) -> Any:
+            import httpx2
+
+            assert self._token_endpoint is not None
+            data = {"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion,
+                    "client_id": client_id, "resource": self._resource, **({"scope": scope} if scope else {})}
+            return httpx2.Request("POST", self._token_endpoint, data=data,
+                                  headers={"Content-Type": "application/x-www-form-urlencoded"})
+
+    # (the SDK's provider is for confidential clients; a workload is a public one: no secret is sent)
+    return _WorkloadIdentity(server_url=url, storage=_storage(tokens), client_id=client_id,
+                             client_secret="(none: a public client)", issuer=issuer, assertion_provider=current,
+                             scope=scope)
+
+
+def dpop(auth: Any) -> Any:
+    """``auth`` (one of the above, or an SDK provider) with DPoP-bound tokens: proofs signed with a
+    fresh key on the token requests and on every request to the MCP server (see :mod:`we0nb.mcp.dpop`)."""
+    from .dpop import dpop as bind
+
+    return bind(auth)

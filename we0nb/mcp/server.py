@@ -58,9 +58,14 @@ class MCPServer:
                  timeout: Optional[float] = 300.0, requires_approval: ApprovalOption = None,
                  connect_timeout: float = 30.0, on_progress: Optional[ProgressHandler] = None,
                  reset_timeout_on_progress: bool = False, elicitation: Optional[ElicitationHandler] = None,
-                 roots: Optional[Sequence[Any]] = None, resource_tool: Union[bool, str] = False) -> None:
+                 roots: Optional[Sequence[Any]] = None, resource_tool: Union[bool, str] = False,
+                 protocol: str = "legacy") -> None:
         require("mcp", "MCPServer", "mcp")  # a clear one-line error without the extra
         self.kind = kind
+        if protocol not in ("legacy", "auto"):
+            raise ValueError(f"MCPServer(protocol=...): expected 'legacy' or 'auto', got {protocol!r}.")
+        #: how the connection agrees on the protocol (see :func:`we0nb.mcp.connection.handshake`)
+        self.protocol = protocol
         self._target = target
         self.name = name
         self.prefix = _check_prefix(prefix)
@@ -125,12 +130,14 @@ class MCPServer:
              requires_approval: ApprovalOption = None, connect_timeout: float = 30.0,
              on_progress: Optional[ProgressHandler] = None, reset_timeout_on_progress: bool = False,
              elicitation: Optional[ElicitationHandler] = None, roots: Optional[Sequence[Any]] = None,
-             resource_tool: Union[bool, str] = False) -> "MCPServer":
+             resource_tool: Union[bool, str] = False, protocol: str = "legacy") -> "MCPServer":
         """A server reached over MCP's streamable HTTP transport at ``url``.
 
         ``headers`` go on every request; ``auth`` is any ``httpx2.Auth`` (the HTTP client the
         SDK uses) — a token scheme of your own, or the SDK's ``OAuthClientProvider`` for OAuth 2.1.
-        A 401 or 403 is reported as an authorization problem.
+        A 401 or 403 is reported as an authorization problem. ``protocol``: ``"legacy"`` (the
+        ``initialize`` handshake, MCP 2025-11-25) or ``"auto"`` (MCP 2026-07-28's stateless
+        requests where the server speaks it, probed with ``server/discover``; else the handshake).
         """
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"MCPServer.http(url): expected an http:// or https:// URL, got {url!r}.")
@@ -139,7 +146,7 @@ class MCPServer:
                    policies=policies, prefix=prefix, timeout=timeout, requires_approval=requires_approval,
                    connect_timeout=connect_timeout, on_progress=on_progress,
                    reset_timeout_on_progress=reset_timeout_on_progress, elicitation=elicitation, roots=roots,
-                   resource_tool=resource_tool)
+                   resource_tool=resource_tool, protocol=protocol)
 
     # ------------------------------------------------------------------ what the agent asks
 
