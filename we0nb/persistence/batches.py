@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 __all__ = ["BATCH_STATUSES", "ENDED", "BatchItem", "BatchInfo", "ItemCost", "ItemEnd", "NewItem", "BatchQueue",
-           "batch_queue", "fingerprint", "check_same_prompts", "transcript_cost"]
+           "batch_queue", "fingerprint", "check_same_prompts", "transcript_cost", "messages_cost"]
 
 #: every status an item can have (``pending``: never started; ``running``: claimed by a worker)
 BATCH_STATUSES = ("pending", "running", "stop", "compact", "approval", "failed", "aborted")
@@ -123,9 +123,13 @@ class ItemCost:
 def transcript_cost(item: int, transcript: Any) -> ItemCost:
     """An item's :class:`ItemCost` from its session's transcript (every assistant message is a
     model call, its ``cost`` None when unknown)."""
+    return messages_cost(item, [m.info for m in transcript.messages])
+
+
+def messages_cost(item: int, infos: Any) -> ItemCost:
+    """An item's :class:`ItemCost` from its session's messages (their infos: no part needed)."""
     priced, unpriced = 0.0, 0
-    for m in transcript.messages:
-        info = m.info
+    for info in infos:
         if info.role != "assistant":
             continue
         if info.cost is None:

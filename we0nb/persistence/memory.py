@@ -17,7 +17,7 @@ from ..errors import SessionBusyError
 from ..messages import Message, MessageWithParts, Part, Session, Transcript
 from .base import Lease, Persistence, Write, lease_owner
 from .batches import (BatchInfo, BatchItem, BatchQueue, ItemCost, ItemEnd, NewItem, check_same_prompts, fingerprint,
-                      transcript_cost)
+                      messages_cost)
 from .columns import ColumnReader, ColumnReads
 
 __all__ = ["MemoryPersistence"]
@@ -235,7 +235,10 @@ class MemoryPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
                 if k[0] == batch and (scorer is None or k[2] == scorer)]
 
     async def batch_costs(self, name: str) -> list[ItemCost]:
-        return [transcript_cost(it.item, await self.load_transcript(it.session_id)) for it in self._rows(name)]
+        # (the messages only: decoding every part of every item took ~0.2 s at the end of a 1,000-item batch)
+        return [messages_cost(it.item, [_MESSAGE.validate_json(m.info)
+                                        for m in self._messages.get(it.session_id, {}).values()])
+                for it in self._rows(name)]
 
     def _infos(self, name: Optional[str]) -> list[BatchInfo]:
         names = sorted(self._batches) if name is None else [name] if name in self._batches else []
