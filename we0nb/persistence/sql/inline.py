@@ -70,10 +70,8 @@ class InlineSqlite:
     WAL_KEEP = 4 * 1024 * 1024
     #: the longest single async back-off sleep while the database is locked (seconds)
     MAX_BACKOFF = 0.025
-    #: passive checkpoints tried before a TRUNCATE one (which makes the writers wait)
-    PASSIVE_PASSES = 4
-    #: after a passive pass copied the whole WAL: how long the loop's next write is waited for (s)
-    RESTART_WAIT = 0.005
+    #: the back-off while this store's own checkpoint holds the lock (it ends within milliseconds)
+    CKPT_BACKOFF = 0.001
 
     def __init__(self, database: str, uri: bool, synchronous: str, busy_timeout: float, where: str):
         self.database, self.uri, self.where = database, uri, where
@@ -85,10 +83,10 @@ class InlineSqlite:
         self.db_path = ""
         self.wal_limit = self.WAL_LIMIT
         self.checkpoints = 0  # how many checkpoints were asked for (the tests read it)
-        self.truncations = 0  # how many TRUNCATE checkpoints ran (the passive passes did not catch up)
         self.ckpt_wake = threading.Event()
         self.ckpt_thread: Optional[threading.Thread] = None
         self.ckpt_stop = False
+        self.ckpt_holding = False  # the checkpoint thread's TRUNCATE is under way (it holds the write lock)
         self.group = SqliteGroup(self)
 
     # ------------------------------------------------------------------ the driver
@@ -168,7 +166,8 @@ class InlineSqlite:
             except Busy as b:
                 if time.monotonic() >= deadline:
                     raise wrap(b.error, self.where) from b.error
-            delay = min(delay * 2, self.MAX_BACKOFF)
+            # (behind this store's own checkpoint: again soon, not after a back-off grown past its end)
+            delay = self.CKPT_BACKOFF if self.ckpt_holding else min(delay * 2, self.MAX_BACKOFF)
 
     def _call(self, fn: Callable[..., T], *args: Any) -> T:
         """The one place inline statements run: on this thread, errors as PersistenceError or Busy."""
@@ -271,9 +270,10 @@ class InlineSqlite:
             wal = os.stat(self.wal_path).st_size
             if wal <= self.wal_limit:
                 return
-            # the limit follows the database: a checkpoint of a large database's WAL costs like its pages
+            # the limit follows the database (twice its size: each checkpoint costs the writers about the
+            # same whatever the WAL's size, so fewer, larger ones stop them less), up to WAL_CAP
             size = os.stat(self.db_path).st_size
-            self.wal_limit = min(max(self.WAL_LIMIT, size), max(self.WAL_CAP, self.WAL_LIMIT))
+            self.wal_limit = min(max(self.WAL_LIMIT, 2 * size), max(self.WAL_CAP, self.WAL_LIMIT))
         except OSError:  # (the file is gone or unreadable: the next commit looks again)
             return
         if wal > self.wal_limit:
@@ -302,34 +302,19 @@ class InlineSqlite:
                 if self.ckpt_stop:
                     return
                 try:
-                    self._checkpoint(conn)
+                    # PASSIVE copies what it can while writers go on; TRUNCATE then takes the write lock
+                    # (the loop backs off meanwhile) to copy the rest and empty the WAL — a passive one
+                    # alone would leave it growing behind a busy writer
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self.ckpt_holding = True
+                    try:
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                    finally:
+                        self.ckpt_holding = False
                 except sqlite3.Error as e:  # busy, read-only or a full disk: the next commit asks again
                     log.debug("WAL checkpoint skipped: %s", e)
         finally:
             conn.close()
-
-    def _checkpoint(self, conn: sqlite3.Connection) -> None:
-        """PASSIVE passes, which copy the WAL while writers go on, until one has copied all of it:
-        the loop's next write then starts the WAL again from its beginning and cuts the file to
-        ``WAL_KEEP`` (its size is back within the limit). Only when the passes do not catch up
-        with the writers, a TRUNCATE one: it holds the write lock (the loop's writers back off) to
-        copy the rest and empty the WAL. (A TRUNCATE after every pass held the writers ~5–60 ms each
-        time: W7 on SQLite spent a fifth of its wall time so.)"""
-        for _ in range(self.PASSIVE_PASSES):
-            self.ckpt_wake.clear()  # (set again by a write that leaves the WAL over its limit)
-            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            if not busy and frames == copied:
-                self.ckpt_wake.wait(self.RESTART_WAIT)  # (for the loop's next write, which starts it again)
-            if self.ckpt_stop or self._wal_size() <= self.wal_limit:
-                return
-        self.truncations += 1
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-
-    def _wal_size(self) -> int:
-        try:
-            return os.stat(self.wal_path).st_size
-        except OSError:
-            return 0
 
 
 @contextlib.contextmanager
