@@ -23,7 +23,13 @@ once, so its ideal is a third of one process's (1.33 s for the defaults). Before
 runs, one warm-up batch per variant (``--warmup``, 200 items) loads the imports, compiles the
 statements and opens the databases, so the first timed run is not paying for them.
 
+``--trees OLD,NEW`` compares checkouts: each variant runs under each tree's ``PYTHONPATH`` in
+a process of its own (its own warm-up first), the trees interleaved within every round, and
+each tree's figures are printed under its name — the before/after of a change, measured in
+the same run.
+
 Usage: python bench/w7_batch.py [--items 2000] [--concurrency 100] [--runs 5] [--only memory,sqlite]
+                                [--trees /path/before,/path/after]
 Nothing is asserted; run variants interleaved (``--runs``) on a busy machine.
 """
 
@@ -284,6 +290,43 @@ def ideal_of(v: str, n: int, conc: int) -> float:
     return n / slots * CALLS * SLEEP
 
 
+def run_in_tree(tree: str, v: str, a: argparse.Namespace) -> Optional[dict[str, Any]]:
+    """One run of variant ``v`` (after its warm-up) in a process of its own on checkout ``tree``."""
+    args = [sys.executable, __file__, "--one", v, "--items", str(a.items), "--concurrency", str(a.concurrency),
+            "--warmup", str(a.warmup)] + (["--pg", a.pg] if a.pg else [])
+    env = dict(os.environ, PYTHONPATH=tree)
+    out = subprocess.run(args, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{v} on {tree} failed:\n{out.stderr[-2000:]}")
+    last = out.stdout.strip().splitlines()[-1]
+    return None if last == "null" else json.loads(last)
+
+
+def one(a: argparse.Namespace) -> None:
+    """``--one VARIANT``: its warm-up, then one timed run, printed as JSON (for ``--trees``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            if a.warmup and run_variant(a.one, a.warmup, a.concurrency, tmp, a.pg) is None:
+                print("null")
+                return
+            print(json.dumps(run_variant(a.one, a.items, a.concurrency, tmp, a.pg)))
+        finally:
+            if a.pg and a.one.startswith("postgres"):
+                _drop_pg_schemas(a.pg)
+
+
+def run_trees(variants: list[str], trees: list[str], a: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """``a.runs`` rounds; in each, every variant on every tree (interleaved); keys ``variant@tree``."""
+    results: dict[str, list[dict[str, Any]]] = {f"{v}@{t}": [] for v in variants for t in trees}
+    for r in range(a.runs):
+        for v in variants:
+            for t in (trees if r % 2 == 0 else trees[::-1]):  # (alternate which tree goes first)
+                got = run_in_tree(t, v, a)
+                if got is not None:
+                    results[f"{v}@{t}"].append(got)
+    return {k: rs for k, rs in results.items() if rs}
+
+
 def run_all(variants: list[str], a: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     """A warm-up batch per variant, then ``a.runs`` rounds, the variants interleaved in each."""
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
@@ -307,16 +350,24 @@ def run_all(variants: list[str], a: argparse.Namespace) -> dict[str, list[dict[s
 
 
 def report(results: dict[str, list[dict[str, Any]]], n: int, conc: int) -> None:
-    print(f"{'variant':16} {'wall s':>7} {'ideal':>6} {'ratio':>6} {'CPU ms/item':>12} {'+child':>7} "
-          f"{'step p50 ms':>12} {'p99 ms':>8}   (median of runs)")
+    width = max([16] + [len(v) for v in results])
+    print(f"{'variant':{width}} {'wall s':>7} {'ideal':>6} {'ratio':>6} {'(min-max)':>12} {'CPU ms/item':>12} "
+          f"{'+child':>7} {'step p50 ms':>12} {'p99 ms':>8}   (median of runs)")
     for v, rs in results.items():
         med = lambda k: statistics.median(r[k] for r in rs)  # noqa: E731
-        ideal = ideal_of(v, n, conc)
+        ideal = ideal_of(v.split("@")[0], n, conc)
         walls = ", ".join(f"{r['wall']:.2f}" for r in rs)
+        span = f"{min(r['wall'] for r in rs) / ideal:.2f}-{max(r['wall'] for r in rs) / ideal:.2f}x"
         extra = f"  items/process {rs[-1]['items_per_proc']}" if "items_per_proc" in rs[-1] else ""
         kid = statistics.median(r.get("child_ms_item", 0.0) for r in rs)
-        print(f"{v:16} {med('wall'):7.2f} {ideal:6.2f} {med('wall') / ideal:5.2f}x {med('cpu_ms_item'):12.2f} "
-              f"{kid:7.2f} {med('p50'):12.2f} {med('p99'):8.2f}   walls: {walls}{extra}")
+        print(f"{v:{width}} {med('wall'):7.2f} {ideal:6.2f} {med('wall') / ideal:5.2f}x {span:>12} "
+              f"{med('cpu_ms_item'):12.2f} {kid:7.2f} {med('p50'):12.2f} {med('p99'):8.2f}   walls: {walls}{extra}")
+    for v in [v for v in results if v.split("@")[0] == "postgres-3proc"]:
+        one_proc = v.replace("postgres-3proc", "postgres", 1)
+        if one_proc in results:
+            three, single = (statistics.median(r["wall"] for r in results[k]) for k in (v, one_proc))
+            print(f"{v}: {three:.2f} s for the batch vs {single:.2f} s in one process: "
+                  f"{'faster' if three < single else 'NOT faster'} ({single / three:.2f}x)")
 
 
 def main() -> None:
@@ -330,16 +381,22 @@ def main() -> None:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--schema", help=argparse.SUPPRESS)
     ap.add_argument("--name", help=argparse.SUPPRESS)
+    ap.add_argument("--trees", help="comma-separated checkouts to compare, each on its own PYTHONPATH, interleaved")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         return child(a)
+    if a.one:
+        return one(a)
     variants = [v for v in a.only.split(",") if v]
     if not a.pg:
         variants = [v for v in variants if not v.startswith("postgres")]
+    trees = [os.path.abspath(t) for t in a.trees.split(",")] if a.trees else []
     print(f"W7: {a.items} items x {CALLS} calls of {SLEEP * 1000:.0f} ms, concurrency {a.concurrency}, ideal "
           f"{ideal_of('', a.items, a.concurrency):.2f} s ({PROCS} processes: "
-          f"{ideal_of('3proc', a.items, a.concurrency):.2f} s); warm-up {a.warmup} items, {a.runs} runs, interleaved")
-    report(run_all(variants, a), a.items, a.concurrency)
+          f"{ideal_of('3proc', a.items, a.concurrency):.2f} s); warm-up {a.warmup} items, {a.runs} runs, interleaved"
+          + (f"; trees {', '.join(trees)}" if trees else ""))
+    report(run_trees(variants, trees, a) if trees else run_all(variants, a), a.items, a.concurrency)
 
 
 if __name__ == "__main__":

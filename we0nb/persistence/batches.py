@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 __all__ = ["BATCH_STATUSES", "ENDED", "BatchItem", "BatchInfo", "ItemCost", "ItemEnd", "NewItem", "BatchQueue",
-           "batch_queue", "fingerprint", "check_same_prompts", "transcript_cost"]
+           "batch_queue", "fingerprint", "check_same_prompts"]
 
 #: every status an item can have (``pending``: never started; ``running``: claimed by a worker)
 BATCH_STATUSES = ("pending", "running", "stop", "compact", "approval", "failed", "aborted")
@@ -118,21 +118,6 @@ class ItemCost:
     def cost(self) -> Optional[float]:
         """The item's cost (None when any of its calls has no known cost; 0.0 before any call)."""
         return None if self.unpriced else self.priced
-
-
-def transcript_cost(item: int, transcript: Any) -> ItemCost:
-    """An item's :class:`ItemCost` from its session's transcript (every assistant message is a
-    model call, its ``cost`` None when unknown)."""
-    priced, unpriced = 0.0, 0
-    for m in transcript.messages:
-        info = m.info
-        if info.role != "assistant":
-            continue
-        if info.cost is None:
-            unpriced += 1
-        else:
-            priced += info.cost
-    return ItemCost(item, priced, unpriced)
 
 
 @runtime_checkable

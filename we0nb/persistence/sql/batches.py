@@ -17,7 +17,7 @@ from ..._ids import new_id
 from ...errors import PersistenceError
 from ..batches import BatchInfo, BatchItem, BatchQueue, ItemCost, ItemEnd, NewItem, check_same_prompts, fingerprint
 from . import statements as q
-from .driver import Driver, Params
+from .driver import Driver, Params, write_together
 from .lease import pid_alive
 from .pg_retry import outcome_unknown, resolve
 from .statements import END_COLUMNS, Stmt
@@ -96,7 +96,7 @@ class SqlBatchQueue(BatchQueue):
     async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
         params = _end_params(name, item, owner, end)
         try:
-            return await self.db.execute(q.BATCH_END, params) == 1
+            return await write_together(self.db, q.BATCH_END, params)
         except PersistenceError as e:
             return await self._read_back(e, q.BATCH_END, params) == 1
 

@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Callable, Optional, Protocol, Sequence
 
 from .statements import Stmt
 
-__all__ = ["Params", "Op", "Guard", "Call", "Driver", "held", "guarded"]
+__all__ = ["Params", "Op", "Guard", "Call", "Driver", "held", "guarded", "write_together"]
 
 #: a statement's parameters, by name
 Params = dict[str, Any]
@@ -88,3 +88,14 @@ class Driver(Protocol):
 
     async def close(self) -> None:
         """Close the connections (they reopen on the next use)."""
+
+
+async def write_together(db: "Driver", stmt: Stmt, params: Params) -> bool:
+    """A write of at most one row, sent with the other writes of this moment; whether it changed
+    one (:func:`held`). On SQLite it is one more commit of the pass's group (:mod:`.sqlite_group`:
+    one transaction for all, not one each — a batch's lease inserts and releases and its items'
+    ends were a third of its transactions and a fifth of its WAL); PostgreSQL's driver sends every
+    statement with the others of its moment already (:mod:`.pg_group`)."""
+    if db.dialect == "sqlite":
+        return await db.commit([], (stmt, params), crowded=True)
+    return held(await db.execute(stmt, params))

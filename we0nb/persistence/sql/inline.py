@@ -311,9 +311,10 @@ class InlineSqlite:
             wal = os.stat(self.wal_path).st_size
             if wal <= self.wal_limit:
                 return
-            # the limit follows the database: a checkpoint of a large database's WAL costs like its pages
+            # the limit follows the database (twice its size: each checkpoint costs the writers about the
+            # same whatever the WAL's size, so fewer, larger ones stop them less), up to WAL_CAP
             size = os.stat(self.db_path).st_size
-            self.wal_limit = min(max(self.WAL_LIMIT, size), max(self.WAL_CAP, self.WAL_LIMIT))
+            self.wal_limit = min(max(self.WAL_LIMIT, 2 * size), max(self.WAL_CAP, self.WAL_LIMIT))
         except OSError:  # (the file is gone or unreadable: the next commit looks again)
             return
         if wal > self.wal_limit:

@@ -25,7 +25,7 @@ from typing import Any, Optional
 from ...errors import PersistenceError, SessionBusyError
 from ..base import Lease, LeaseStore, lease_owner
 from . import statements as q
-from .driver import Driver, Guard, Params, held
+from .driver import Driver, Guard, Params, held, write_together
 from .errors import is_readonly_error
 from .statements import Stmt
 
@@ -109,8 +109,13 @@ class SqlLeases:
         """
         owner = lease_owner(run_id)[:256]
         try:
-            won, rows = await self.db.run([(q.LEASE_INSERT, self._new_row(session_id, run_id, owner), False),
-                                           (read[0], read[1], True)])
+            if self.db.dialect == "sqlite":  # the insert with the pass's other writes, then the read
+                won, rows = await write_together(self.db, q.LEASE_INSERT, self._new_row(session_id, run_id, owner)), []
+                if won:
+                    rows = await self.db.fetchall(*read)
+            else:
+                won, rows = await self.db.run([(q.LEASE_INSERT, self._new_row(session_id, run_id, owner), False),
+                                               (read[0], read[1], True)])
         except BaseException as e:
             if not (isinstance(e, PersistenceError) and is_readonly_error(e)):  # (read-only: nothing was written)
                 await self._drop(session_id, owner)  # (the insert may have won before the read failed)
@@ -124,7 +129,8 @@ class SqlLeases:
         """Delete ``owner``'s lease row if there is one, keeping the error under way (the lease
         then expires by itself, and this process's own runs take it over at once)."""
         try:
-            await asyncio.shield(self.db.execute(q.LEASE_RELEASE, {"sid": session_id, "holder": owner}))
+            # (with the pass's writes, as the insert: after it, when it is still queued)
+            await asyncio.shield(write_together(self.db, q.LEASE_RELEASE, {"sid": session_id, "holder": owner}))
         except BaseException as e:  # (on purpose: the caller raises its own error)
             log.warning("could not delete the lease row of session %r: %s: %s", session_id, type(e).__name__, e)
 
@@ -189,7 +195,7 @@ class SqlLeases:
                         hb.task.cancel()
                     except RuntimeError:  # its event loop is closed: the task is gone with it
                         pass
-        await self.db.execute(q.LEASE_RELEASE, {"sid": lease.session_id, "holder": lease.owner})
+        await write_together(self.db, q.LEASE_RELEASE, {"sid": lease.session_id, "holder": lease.owner})
 
 
 def _owner_gone(old_owner: str, old_host: str, old_pid: int, host: str) -> bool:
