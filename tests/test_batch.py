@@ -145,6 +145,34 @@ async def test_an_end_that_cannot_be_recorded_beside_the_next_item_fails_the_bat
                                                                         progress=False), 30)
 
 
+async def test_a_run_the_store_failed_is_not_a_failed_item_and_a_later_batch_finishes_it(ledger, monkeypatch) -> None:
+    """The store failing under a run (a full disk, a lost database) is the batch's failure, raised
+    by the call, not the item's: nothing is recorded ``failed``, and once the store is back a later
+    ``batch()`` of the same name runs the item to its end."""
+    from we0nb import PersistenceError
+
+    store = MemoryPersistence()
+    commit, calls = store.commit, []
+
+    async def failing_once(*a: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:  # (the first item's run, after its first step's writes)
+            raise PersistenceError("the disk is full (on purpose)")
+        return await commit(*a, **kw)
+
+    monkeypatch.setattr(store, "commit", failing_once)
+    agent = make_agent(store, ledger, steps=2)
+    with pytest.raises(PersistenceError, match="disk is full"):
+        await asyncio.wait_for(agent.batch(prompts(2), name="disk", concurrency=1, progress=False), 30)
+    assert "failed" not in [i.status for i in await store.batch_items("disk")]
+    # the failed call's worker is gone: its claim is claimable at once (a memory store's owners are all
+    # of this process), not when it lapses
+    held = [i.item for i in await store.batch_items("disk") if i.status == "running"]
+    assert held == [0] and await store.free_dead_claims("disk", []) == 1
+    again = await asyncio.wait_for(agent.batch(prompts(2), name="disk", concurrency=1, progress=False), 30)
+    assert again.counts == {"stop": 2}
+
+
 class Calls(list):
     """The model's calls (``make_agent(calls=...)``), appended to a shared log as ``call <prompt>``."""
 

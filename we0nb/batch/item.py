@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .._ids import now
-from ..errors import LeaseLostError, ModelProviderError, SessionBusyError
+from ..errors import LeaseLostError, ModelProviderError, PersistenceError, SessionBusyError
 from ..engine.request import RunRequest
 from ..engine.run import Run, RunOptions
 from ..messages import AssistantMessage, Session, Transcript
@@ -178,6 +178,8 @@ async def _outcome(agent: Any, it: BatchItem, run: Run, t0: float, stop: asyncio
             return ItemOutcome(await _ended(agent, it, "aborted", t0, queued=True, not_before=backoff,
                                             error=e, prefix=RATE_LIMITED), rate_limited=True, error=e)
         return ItemOutcome(await _ended(agent, it, "failed", t0, error=e), error=e)
+    except PersistenceError:  # the store failed (a full disk…), not the item: the batch stops with it,
+        raise  # the item stays claimed and a later batch() takes it up again
     except Exception as e:  # a model or tool failure: this item failed, the batch goes on
         return ItemOutcome(await _ended(agent, it, "failed", t0, error=e), error=e)
     result = run.result

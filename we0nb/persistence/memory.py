@@ -194,6 +194,17 @@ class MemoryPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
                 n += 1
         return n
 
+    async def free_dead_claims(self, name: str, live: Sequence[str]) -> int:
+        """A claim of this process (``lease_owner``'s ``host:pid:``) whose worker is not live — a
+        batch call that ended on an error — is claimable at once, not when it lapses."""
+        alive, mine = set(live), lease_owner("")
+        dead = [r for r in self._rows(name) if r.status == "running" and r.owner is not None
+                and r.owner.startswith(mine) and r.owner not in alive]
+        for r in dead:
+            r.expires = 0.0
+            self._first_queued[name] = min(self._first_queued.get(name, 0), r.item)
+        return len(dead)
+
     async def end_batch_item(self, name: str, item: int, owner: str, end: ItemEnd) -> bool:
         rows = self._rows(name)
         r = rows[item] if 0 <= item < len(rows) else None

@@ -94,6 +94,7 @@ class InlineSqlite:
         self.db_path = ""
         self.wal_limit = self.WAL_LIMIT
         self.unseen = 0  # the bound of the WAL bytes written since the WAL's size was last looked at
+        self.room = self.WAL_LIMIT  # the disk's free bytes when the WAL's size was last looked at
         self.frame = self.FRAME
         self.checkpoints = 0  # how many checkpoints were asked for (the tests read it)
         self.ckpt_wake = threading.Event()
@@ -297,27 +298,32 @@ class InlineSqlite:
 
     def _committed(self, bound: Optional[int] = None) -> None:
         """After a commit that wrote at most ``bound`` bytes to the WAL (None: unknown): ask for a
-        checkpoint once the WAL has outgrown its limit. The WAL's size is looked at only once the
-        commits since the last look may have added :attr:`WAL_STRIDE` bytes (or an eighth of the
-        limit, when that is less)."""
+        checkpoint once the WAL has outgrown its limit, or the room left on its disk. The WAL's size
+        is looked at only once the commits since the last look may have added :attr:`WAL_STRIDE`
+        bytes (or an eighth of the limit, or of the disk's room, when that is less)."""
         if not self.wal_path:
             return
         if bound is not None:
             self.unseen += bound
-            if self.unseen < min(self.WAL_STRIDE, self.wal_limit // 8):
+            if self.unseen < min(self.WAL_STRIDE, self.wal_limit // 8, self.room // 8):
                 return
         self.unseen = 0
         try:
             wal = os.stat(self.wal_path).st_size
-            if wal <= self.wal_limit:
+            disk = os.statvfs(self.wal_path)
+            # a disk with less room left than the WAL holds: checkpoint now (the WAL's pages go into
+            # the database, the WAL file is cut), and look again sooner, not at its limit
+            self.room = disk.f_bavail * disk.f_frsize
+            if wal <= self.wal_limit and wal <= self.room:
                 return
-            # the limit follows the database (twice its size: each checkpoint costs the writers about the
-            # same whatever the WAL's size, so fewer, larger ones stop them less), up to WAL_CAP
+            # the limit follows the database (its size), up to WAL_CAP. (Twice its size made fewer
+            # checkpoints, but the WAL file and the database then outgrew an 8 MiB disk that a
+            # 60-item batch fits: tests/test_sqlite_wal.py's full-disk case failed 1 run in ~20.)
             size = os.stat(self.db_path).st_size
-            self.wal_limit = min(max(self.WAL_LIMIT, 2 * size), max(self.WAL_CAP, self.WAL_LIMIT))
+            self.wal_limit = min(max(self.WAL_LIMIT, size), max(self.WAL_CAP, self.WAL_LIMIT))
         except OSError:  # (the file is gone or unreadable: the next commit looks again)
             return
-        if wal > self.wal_limit:
+        if wal > self.wal_limit or wal > self.room:
             self._ask_checkpoint()
 
     def _ask_checkpoint(self) -> None:
