@@ -188,7 +188,7 @@ def test_runs_at_once_store_what_the_same_runs_one_by_one_store(tmp_path: Path, 
     assert group_sizes and max(group_sizes) > 1
     del group_sizes[:]
     alone = asyncio.run(go("b.db", False))
-    assert group_sizes == []
+    assert all(n == 1 for n in group_sizes)  # (one run at a time: a lease write may go through a group, alone in it)
     assert together == alone
     assert any(has_view for _, _, has_view in together[-1])
     tools = [pt for m in together[0] for pt in m[1] if pt[0] == "ToolPart"]
