@@ -71,15 +71,13 @@ async def run_step(state: "RunState", executor: "ToolExecutor",
     async for ev in executor.run_step(calls):
         yield ev
     state.scope.check()
-    if agent.output_type is None:
-        # durability point: the step's end — committed with whatever the run writes next, at
-        # once (the next step's start, or the run's end); nothing is yielded or run before it
-        info, sf, events = _close_step(state, msg, processor, calls)
-        writer.hold(info, (sf,), msg, events)
-        return
-    # with an output type: the step's end is committed at once, then the output is checked
+    # durability point: the step's end — committed with whatever the run writes next, at once
+    # (the next step's start, or the run's end); nothing is yielded or run before it
     info, sf, events = _close_step(state, msg, processor, calls)
     writer.hold(info, (sf,), msg, events)
+    if agent.output_type is None:
+        return
+    # with an output type: the step's end is committed at once, then the output is checked
     for ev in await writer.commit_held():  # (a text end held at the stream's end comes first)
         yield ev
     for ev in await output.after_step(msg):  # (an invalid answer: a message asking again)
