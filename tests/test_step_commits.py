@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
-from we0nb import MaxStepsExceeded, MemoryPersistence, ScriptedModel, SqlPersistence, We0Agent, text, tool, \
-    tool_call, user_message
+from pydantic import BaseModel
+
+from we0nb import MaxStepsExceeded, MemoryPersistence, OutputValidationError, ScriptedModel, SqlPersistence, \
+    We0Agent, tool, user_message
+from we0nb.testing import output, text, tool_call
 
 
 @tool(side_effects=False)
@@ -189,3 +192,57 @@ async def test_the_write_ahead_carries_the_message_row_only_when_the_call_report
     assert ahead == [["assistant"] if reported else []]
     stored = [m.info for m in (await p.load_transcript("s")).messages if m.info.role == "assistant"][0]
     assert stored.usage.input_tokens == (10 if reported else 0)
+
+
+class Answer(BaseModel):
+    value: int
+
+
+@pytest.mark.parametrize("mode", ["tool", "native"])
+async def test_a_valid_structured_answer_is_written_with_the_runs_end(mode: str) -> None:
+    """The answer is checked before the step's end is committed: a valid one ends the run, whose
+    last commit (the session's row) carries the step's end — two commits for a one-step run."""
+    p = SessionWrites()
+    reply = [output(Answer(value=7))] if mode == "tool" else [text('{"value": 7}')]
+    agent = We0Agent(ScriptedModel([reply]), persistence=p, output_type=Answer, output_mode=mode)
+    events = [e async for e in _events(agent)]
+    assert p.alone == 0 and p.with_commit == [True, True]  # (the step's start; its end with the session)
+    assert [e["type"] for e in events][-2:] == ["step-finish", "finish"]
+    tr = await agent.transcript("s")
+    assert [m.info.role for m in tr.messages] == ["user", "assistant"] and tr.messages[-1].info.time.completed
+
+
+async def test_an_invalid_structured_answer_commits_the_step_end_before_asking_again() -> None:
+    p = Rows()
+    agent = We0Agent(ScriptedModel([[text("not json")], [text('{"value": 7}')]]), persistence=p,
+                     output_type=Answer, output_mode="native")
+    events = [e async for e in _events(agent)]
+    kinds = [e["type"] for e in events]
+    asked = len(kinds) - 1 - kinds[::-1].index("user-message")  # (the question again: the last user message)
+    assert kinds.index("step-finish") < asked  # (the first step's end first, then the question again)
+    tr = await agent.transcript("s")
+    assert [m.info.role for m in tr.messages] == ["user", "assistant", "user", "assistant"]
+    assert all(m.info.time.completed for m in tr.messages if m.info.role == "assistant")
+
+
+async def test_structured_answers_invalid_past_the_retries_still_write_the_step_end() -> None:
+    agent = We0Agent(ScriptedModel([[text("no")], [text("still no")]]), persistence=MemoryPersistence(),
+                     output_type=Answer, output_mode="native", output_retries=1)
+    seen: list[str] = []
+    with pytest.raises(OutputValidationError):
+        async for e in _events(agent):
+            seen.append(e["type"])
+    assert seen.count("step-finish") == 2  # (the last step's end too, before the error)
+    tr = await agent.transcript("s")
+    assert [m.info.role for m in tr.messages] == ["user", "assistant", "user", "assistant"]
+    assert tr.messages[-1].info.time.completed is not None
+
+
+async def _events(agent: We0Agent) -> Any:
+    """A structured run's events (``stream()`` refuses an output type: the run is driven as
+    ``invoke`` drives it)."""
+    from we0nb.engine.run import Run
+
+    run = Run(agent, agent.build_request(session_id="s", messages=[user_message("go")]), structured=True)
+    async for e in run.events():
+        yield e

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from typing import Any, Optional
 
 from pydantic import BaseModel, Field
 
 from ..engine.agent import We0Agent
+from ..engine.request import RunRequest, RunResult
+from ..engine.run import Run, RunOptions
 from ..models.base import Model
 from .score import Case, Score, Scorer, ScoringContext
 
@@ -83,18 +86,39 @@ class Judge(Scorer):
     async def decide(self, case: Case, context: ScoringContext) -> tuple[Any, Optional[str]]:
         agent = self._agent(context.store)
         sid = judge_session_id(context.batch, case.item, self.name)
-        if (await context.store.get_session(sid)) is None:
-            result = await agent.invoke(session_id=sid, messages=[_user(case)])
-        else:  # (a verdict given or begun before: read back, or resumed)
-            result = await agent.invoke(mode="resume", session_id=sid)
-            if result.output is None:  # (a session that never got its question, e.g. killed at once)
-                result = await agent.invoke(session_id=sid, messages=[_user(case)])
-        verdict = result.output
-        assert isinstance(verdict, Verdict)
+        verdict = await _verdict(agent, sid, case)
         return Score(1.0 if verdict.passed else 0.0, passed=verdict.passed, reason=verdict.reason), sid
 
     def __repr__(self) -> str:
         return f"judge({self.model.model_id!r}, name={self.name!r})"
+
+
+async def _verdict(agent: We0Agent, sid: str, case: Case) -> Verdict:
+    """The verdict of session ``sid``: asked (its lease and session read in one trip, the run
+    driven as a batch item's is, see :class:`~we0nb.engine.run.RunOptions`), read back when
+    given before, or resumed when begun before."""
+    request = agent.build_request(mode="prompt", session_id=sid, messages=[_user(case)])
+    held = await agent.persistence.lease_and_session(sid, request.run_id)
+    if held[1] is not None:  # (a verdict given or begun before: read back, or resumed)
+        request = replace(request, mode="resume", messages=None)
+    result = await _run(agent, request, held)
+    if result.output is None and request.mode == "resume":  # (a session that never got its question)
+        result = await agent.invoke(session_id=sid, messages=[_user(case)])
+    verdict = result.output
+    assert isinstance(verdict, Verdict)
+    return verdict
+
+
+async def _run(agent: We0Agent, request: RunRequest, held: Any) -> RunResult:
+    run = Run(agent, request, structured=True, options=RunOptions(live_parts=True, pipelined=True, held=held))
+    try:
+        async for _ in run.events():
+            pass
+    finally:
+        if run.released is not None:
+            await run.released
+    assert run.result is not None
+    return run.result
 
 
 def _user(case: Case) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, AsyncIterator, Union
 
 from .._ids import now
+from ..errors import OutputValidationError
 from ..messages import AssistantMessage, MessageTime, MessageWithParts, StepFinishPart, StepStartPart, ToolPart, Usage
 from ..models.base import FinishEvent, ModelRequest
 from ..models.pricing import add_cost, call_cost
@@ -77,10 +78,20 @@ async def run_step(state: "RunState", executor: "ToolExecutor",
     writer.hold(info, (sf,), msg, events)
     if agent.output_type is None:
         return
-    # with an output type: the step's end is committed at once, then the output is checked
+    # with an output type, the answer is checked first (in memory): a valid one ends the run, whose
+    # last commit (the session's row) takes the step's end along; otherwise the step's end is
+    # committed now (or with the message asking again, which writes), and its events come first
+    try:
+        asked = await output.after_step(msg)
+    except OutputValidationError:
+        for ev in await writer.commit_held():
+            yield ev
+        raise
+    if state.has_output:
+        return
     for ev in await writer.commit_held():  # (a text end held at the stream's end comes first)
         yield ev
-    for ev in await output.after_step(msg):  # (an invalid answer: a message asking again)
+    for ev in asked:
         yield ev
 
 
