@@ -115,3 +115,34 @@ async def test_a_full_disk_stops_the_batch_clearly_and_freeing_space_lets_it_fin
     wal = Path(str(db) + "-wal")
     assert not wal.exists() or wal.stat().st_size <= 4 * db.stat().st_size + 8 * MiB
     await store.close()
+
+
+async def test_writes_give_way_to_a_checkpoint_the_disks_room_needs(tmp_path: Path) -> None:
+    """On a nearly full disk the loop's writes wait while the checkpoint runs: a loop that writes
+    without a pause would starve it (SQLite's busy handler sleeps between its tries) until the WAL
+    filled the disk, after which no checkpoint can run (the 8 MiB case above failed ~1 run in 20)."""
+    import asyncio
+    import time
+
+    from we0nb import Session
+    from we0nb.persistence.sql.inline import InlineSqlite
+
+    store = SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}")
+    await store.list_sessions()
+    db = store._db
+    assert isinstance(db, InlineSqlite)
+    hold = threading.Event()
+    db.ckpt_thread = threading.Thread(target=hold.wait, daemon=True)  # (a checkpoint under way)
+    db.ckpt_thread.start()
+    db.ckpt_urgent = True
+    t = time.time()
+    write = asyncio.ensure_future(store.upsert_session(Session(id="s", time={"created": t, "updated": t})))
+    await asyncio.sleep(0.1)
+    assert not write.done()  # (it waits for the checkpoint)
+    db.ckpt_urgent = False  # (the checkpoint ended)
+    await asyncio.wait_for(write, 5)
+    assert (await store.get_session("s")) is not None
+    hold.set()
+    db.ckpt_thread.join()
+    db.ckpt_thread = None
+    await store.close()

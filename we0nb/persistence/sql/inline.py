@@ -23,6 +23,9 @@ plus a few MiB (and at most a few tens of MiB) whatever the batch's length — a
 alone never catches up with a busy writer: the file only grew — and writers wait for a
 checkpoint of at most what the passive pass left, never of the whole WAL, retrying every
 :attr:`~InlineSqlite.CKPT_BACKOFF` meanwhile (not a doubling sleep that would outlast it).
+On a nearly full disk (less room left than four times the WAL: a checkpoint first copies the
+WAL's pages into the database, so it needs room) the checkpoint is asked for at once and the
+loop's writes give way to it until it ends (:meth:`~InlineSqlite._give_way`).
 :meth:`~InlineSqlite.close` joins that thread and closes the connection (which checkpoints) off the loop.
 
 While several runs of one loop commit at once (a batch), their commits go through
@@ -101,6 +104,8 @@ class InlineSqlite:
         self.ckpt_thread: Optional[threading.Thread] = None
         self.ckpt_stop = False
         self.ckpt_locking = False  # the checkpoint thread holds (or waits for) the write lock
+        #: a checkpoint the disk's room needs is asked for or under way: the loop's writes wait for it
+        self.ckpt_urgent = False
         self.group = SqliteGroup(self)
 
     # ------------------------------------------------------------------ the driver
@@ -186,7 +191,7 @@ class InlineSqlite:
         """The sleep after ``delay`` while the database stays locked: doubling up to
         :attr:`MAX_BACKOFF` (another process's lock), :attr:`CKPT_BACKOFF` while this connection's
         own checkpoint holds it (it ends within milliseconds: the writer goes on right after)."""
-        if self.ckpt_locking:
+        if self.ckpt_locking or self.ckpt_urgent:
             return self.CKPT_BACKOFF
         return min(delay * 2, self.MAX_BACKOFF)
 
@@ -201,7 +206,17 @@ class InlineSqlite:
                     raise Busy(e) from None
                 raise wrap(e, self.where) from e
 
+    def _give_way(self) -> None:
+        """Before a write: while a checkpoint that the disk's room needs is asked for or under way,
+        the write waits (as for a lock: the async back-off), so the checkpoint gets the write lock
+        at once. Else a loop that writes without a pause starves it (SQLite's busy handler sleeps
+        between its tries), and the WAL fills the disk: a checkpoint then cannot run at all (it
+        copies pages into the database first), so the WAL can never shrink again."""
+        if self.ckpt_urgent and self.ckpt_thread is not None and self.ckpt_thread.is_alive():
+            raise Busy(sqlite3.OperationalError("database is locked (a WAL checkpoint the disk's room needs)"))
+
     def _execute(self, conn: sqlite3.Connection, stmt: Stmt, params: Params) -> int:
+        self._give_way()
         n = conn.execute(_SQL[stmt], params).rowcount  # autocommit: its own transaction
         self._committed()
         return n
@@ -212,6 +227,7 @@ class InlineSqlite:
 
     def _together(self, conn: sqlite3.Connection, commits: Sequence[Commit]) -> list[bool]:
         """Each commit's guard, then its ops when the guard held; one transaction."""
+        self._give_way()
         out = []
         pages, text = 0, 0
         conn.execute("BEGIN IMMEDIATE")  # (as _writing does, inline: this is every commit's path)
@@ -239,6 +255,7 @@ class InlineSqlite:
         return out
 
     def _statements(self, conn: sqlite3.Connection, calls: Sequence[Call]) -> list[Any]:
+        self._give_way()
         out = []
         with _writing(conn):
             for stmt, params, rows in calls:
@@ -305,16 +322,18 @@ class InlineSqlite:
             return
         if bound is not None:
             self.unseen += bound
-            if self.unseen < min(self.WAL_STRIDE, self.wal_limit // 8, self.room // 8):
+            if self.unseen < min(self.WAL_STRIDE, self.wal_limit // 8, self.room // 16):
                 return
         self.unseen = 0
         try:
             wal = os.stat(self.wal_path).st_size
             disk = os.statvfs(self.wal_path)
-            # a disk with less room left than the WAL holds: checkpoint now (the WAL's pages go into
-            # the database, the WAL file is cut), and look again sooner, not at its limit
+            # a disk with less room left than four times the WAL: checkpoint now, while the database
+            # can still grow by the WAL's new pages and the writes that go on meanwhile still fit (a
+            # checkpoint copies the pages into the database before the WAL file is cut: once the disk
+            # is full it fails, and the WAL cannot shrink again), and look again sooner
             self.room = disk.f_bavail * disk.f_frsize
-            if wal <= self.wal_limit and wal <= self.room:
+            if wal <= self.wal_limit and 4 * wal <= self.room:
                 return
             # the limit follows the database (its size), up to WAL_CAP. (Twice its size made fewer
             # checkpoints, but the WAL file and the database then outgrew an 8 MiB disk that a
@@ -323,7 +342,9 @@ class InlineSqlite:
             self.wal_limit = min(max(self.WAL_LIMIT, size), max(self.WAL_CAP, self.WAL_LIMIT))
         except OSError:  # (the file is gone or unreadable: the next commit looks again)
             return
-        if wal > self.wal_limit or wal > self.room:
+        if wal > self.wal_limit or 4 * wal > self.room:
+            if 4 * wal > self.room:
+                self.ckpt_urgent = True  # (the loop's writes give way to it: see _give_way)
             self._ask_checkpoint()
 
     def _ask_checkpoint(self) -> None:
@@ -360,6 +381,8 @@ class InlineSqlite:
                         self.ckpt_locking = False
                 except sqlite3.Error as e:  # busy, read-only or a full disk: the next commit asks again
                     log.debug("WAL checkpoint skipped: %s", e)
+                finally:
+                    self.ckpt_urgent = False
         finally:
             conn.close()
 
