@@ -100,7 +100,7 @@ def main() -> None:
     for name in contenders:
         print(f"  {name:7s} ms/step: {spread(results[name], 3, 6)}   last-20/first-20 step cost: "
               f"{statistics.median(flat[name]):.2f}x")
-    print(f"  SQLite extra over memory: {sql - mem:+.3f} ms/step (target <= +0.5)")
+    print(f"  SQLite extra over memory: {sql - mem:+.3f} ms/step (target <= +0.3)")
     if "other" in contenders:
         print(f"  {args.url.split('@')[-1]} extra over memory: "
               f"{statistics.median(results['other']) - mem:+.3f} ms/step")
