@@ -278,3 +278,42 @@ def run_all_until(page: Any, selector: str, count: int, what: str, restart: bool
 def launch_browser(playwright: Any) -> Any:
     """Debian's chromium, headless, with the flags these machines need."""
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+
+
+def playwright_or_skip() -> Any:
+    """Playwright's sync API, or the test skips with the reason (no chromium, no playwright)."""
+    import pytest
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    return pytest.importorskip("playwright.sync_api")
+
+
+@contextlib.contextmanager
+def lab_page(root: Path, jupyter: Path, artifacts: Path, failure: str, *, height: int = 1000) -> Iterator[tuple["Lab", Any]]:
+    """JupyterLab serving ``root`` (Jupyter dirs under ``jupyter``) and a chromium page, ``(lab,
+    page)``; on an error the page's screenshot goes to ``artifacts / failure`` and its state into
+    the error. The browser and the server are stopped however the block ends."""
+    playwright = playwright_or_skip()
+    lab = Lab(root, jupyter)
+    lab.start()
+    try:
+        with playwright.sync_playwright() as p:
+            browser = launch_browser(p)
+            page = browser.new_page(viewport={"width": 1280, "height": height})
+            try:
+                yield lab, page
+            except Exception as exc:
+                page.screenshot(path=str(artifacts / failure), full_page=True)
+                note_page_state(exc, page, lab)
+                raise
+            finally:
+                browser.close()
+    finally:
+        lab.stop()
+
+
+def open_notebook(page: Any, lab: "Lab", name: str) -> None:
+    """Open ``name`` in the lab and wait for its cells."""
+    page.goto(f"{lab.url}/lab/tree/{name}", wait_until="domcontentloaded", timeout=120_000)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)

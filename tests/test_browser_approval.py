@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nbutil_lab import CHROMIUM, Lab, launch_browser, note_page_state, run_all_until, write_notebook
+from nbutil_lab import lab_page, open_notebook, playwright_or_skip, run_all_until, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -105,39 +105,22 @@ class _KernelReplaced(Exception):
 
 @pytest.mark.timeout(1800)  # with the wait for the browser slot
 def test_approve_and_deny_clicked_in_jupyterlab(tmp_path, artifacts):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    playwright = pytest.importorskip("playwright.sync_api")
+    playwright_or_skip()
     root = tmp_path / "root"
     root.mkdir()
     write_notebook(root / "approval.ipynb", CELLS)
-    lab = Lab(root, tmp_path / "jupyter")
-    lab.start()
-    try:
-        with playwright.sync_playwright() as p:
-            browser = launch_browser(p)
-            page = browser.new_page(viewport={"width": 1280, "height": 1100})
+    with lab_page(root, tmp_path / "jupyter", artifacts, "approval-failure.png", height=1100) as (lab, page):
+        open_notebook(page, lab, "approval.ipynb")
+        for attempt in range(3):  # the kernel replaced mid-way ("Select Kernel"): from the start again
+            run_all_until(page, '.we0-approval button.we0-approve:not([disabled])', 2, 'the approval rows',
+                          restart=attempt > 0)
             try:
-                page.goto(f"{lab.url}/lab/tree/approval.ipynb", wait_until="domcontentloaded", timeout=120_000)
-                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-                for attempt in range(3):  # the kernel replaced mid-way ("Select Kernel"): from the start again
-                    run_all_until(page, '.we0-approval button.we0-approve:not([disabled])', 2, 'the approval rows',
-                                  restart=attempt > 0)
-                    try:
-                        _decide(page, artifacts)
-                        break
-                    except _KernelReplaced:
-                        page.screenshot(path=str(artifacts / f"approval-kernel-replaced-{attempt}.png"), full_page=True)
-                        if attempt == 2:
-                            raise
-            except Exception as exc:
-                page.screenshot(path=str(artifacts / "approval-failure.png"), full_page=True)
-                note_page_state(exc, page, lab)
-                raise
-            finally:
-                browser.close()
-    finally:
-        lab.stop()
+                _decide(page, artifacts)
+                break
+            except _KernelReplaced:
+                page.screenshot(path=str(artifacts / f"approval-kernel-replaced-{attempt}.png"), full_page=True)
+                if attempt == 2:
+                    raise
     if os.environ.get("WE0NB_UPDATE_SCREENSHOTS") == "1":
         img = REPO / "docs" / "img"
         img.mkdir(parents=True, exist_ok=True)

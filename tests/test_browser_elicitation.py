@@ -10,12 +10,11 @@ Screenshots go to ``$WE0NB_ARTIFACTS`` (default ``test-artifacts/``).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from nbutil_lab import CHROMIUM, Lab, launch_browser, note_page_state, run_all_until, write_notebook
+from nbutil_lab import lab_page, open_notebook, playwright_or_skip, run_all_until, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -84,32 +83,16 @@ def _answer(page, artifacts: Path) -> str:
 
 @pytest.mark.timeout(1800)  # with the wait for the browser slot
 def test_an_elicitation_form_answered_in_jupyterlab(tmp_path, artifacts):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    playwright_or_skip()
     pytest.importorskip("mcp", reason="needs the mcp extra")
-    playwright = pytest.importorskip("playwright.sync_api")
     root = tmp_path / "root"
     root.mkdir()
     ledger = tmp_path / "ledger.jsonl"
     write_notebook(root / "elicitation.ipynb", _cells(ledger))
-    lab = Lab(root, tmp_path / "jupyter")
-    lab.start()
-    try:
-        with playwright.sync_playwright() as p:
-            browser = launch_browser(p)
-            page = browser.new_page(viewport={"width": 1280, "height": 1100})
-            try:
-                page.goto(f"{lab.url}/lab/tree/elicitation.ipynb", wait_until="domcontentloaded", timeout=120_000)
-                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-                run_all_until(page, '.we0-question button.we0-question-accept:not([disabled])', 1, "the question's form", restart=False)
-                out = _answer(page, artifacts)
-            except Exception as exc:
-                page.screenshot(path=str(artifacts / "elicitation-failure.png"), full_page=True)
-                note_page_state(exc, page, lab)
-                raise
-            finally:
-                browser.close()
-    finally:
-        lab.stop()
+    with lab_page(root, tmp_path / "jupyter", artifacts, "elicitation-failure.png", height=1100) as (lab, page):
+        open_notebook(page, lab, "elicitation.ipynb")
+        run_all_until(page, '.we0-question button.we0-question-accept:not([disabled])', 1, "the question's form",
+                      restart=False)
+        out = _answer(page, artifacts)
     assert "result: stop | Ordered. | answer: accept {'name': 'tea', 'count': 2} by panel" in out, out
     assert '"action": "accept"' in out and '"data": {"name": "tea", "count": 2}' in out, out

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from nbutil_lab import (CHROMIUM, Lab, dismiss_toasts, kernel_ready, launch_browser, note_page_state, run_all, started,
-                        write_notebook)
+from nbutil_lab import (Lab, dismiss_toasts, kernel_ready, lab_page, launch_browser, open_notebook, playwright_or_skip,
+                        run_all, started, write_notebook)
 
 pytestmark = pytest.mark.browser
 
@@ -70,8 +70,7 @@ def _notebook(path: Path) -> None:
 
 def _open_and_run(page, lab: Lab, attempt: int) -> None:
     if attempt == 0:
-        page.goto(f"{lab.url}/lab/tree/demo.ipynb", wait_until="domcontentloaded", timeout=120_000)
-        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+        open_notebook(page, lab, "demo.ipynb")
     restart, state = attempt > 0, "not started"
     for _ in range(4):
         kernel_ready(page, kernel="Python 3 (ipykernel)")
@@ -99,72 +98,56 @@ def _open_and_run(page, lab: Lab, attempt: int) -> None:
 
 @pytest.mark.timeout(1800)  # up to three attempts, and the wait for the browser slot
 def test_jupyterlab_abort_resume_and_no_xss(tmp_path, artifacts):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    playwright = pytest.importorskip("playwright.sync_api")
+    playwright = playwright_or_skip()
     root = tmp_path / "root"
     root.mkdir()
     _notebook(root / "demo.ipynb")
-    lab = Lab(root, tmp_path / "jupyter")
-    lab.start()
-    try:
-        with playwright.sync_playwright() as p:
-            browser = launch_browser(p)
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    with lab_page(root, tmp_path / "jupyter", artifacts, "browser-failure.png") as (lab, page):
+        for attempt in range(3):  # a fresh kernel occasionally times out: retry
             try:
-                for attempt in range(3):  # a fresh kernel occasionally times out: retry
-                    try:
-                        _open_and_run(page, lab, attempt)
-                        break
-                    except playwright.TimeoutError:
-                        page.screenshot(path=str(artifacts / f"browser-timeout-{attempt}.png"), full_page=True)
-                        if attempt == 2:
-                            raise
-                cells = page.locator(".jp-Notebook .jp-CodeCell")
-                live_cell = cells.nth(1)
-                live_cell.scroll_into_view_if_needed()
-                live_cell.locator(".we0-live").screenshot(path=str(artifacts / "live-view.png"))
-                live_text = live_cell.locator(".we0-live").inner_text()
-                assert "search_docs" in live_text and "send_email" in live_text
-                assert "completed" in live_text
-                assert "Resume never runs a side effect twice." in live_text
+                _open_and_run(page, lab, attempt)
+                break
+            except playwright.TimeoutError:
+                page.screenshot(path=str(artifacts / f"browser-timeout-{attempt}.png"), full_page=True)
+                if attempt == 2:
+                    raise
+        cells = page.locator(".jp-Notebook .jp-CodeCell")
+        live_cell = cells.nth(1)
+        live_cell.scroll_into_view_if_needed()
+        live_cell.locator(".we0-live").screenshot(path=str(artifacts / "live-view.png"))
+        live_text = live_cell.locator(".we0-live").inner_text()
+        assert "search_docs" in live_text and "send_email" in live_text
+        assert "completed" in live_text
+        assert "Resume never runs a side effect twice." in live_text
 
-                # Abort while it streams
-                page.click("button.we0-abort")
-                page.wait_for_selector(".we0-status:has-text('aborted')", timeout=60_000)
-                page.wait_for_selector("button.we0-resume:not([disabled])", timeout=60_000)
-                page.wait_for_selector(".we0-live .we0-head[data-status='aborted']", timeout=60_000)
-                panel_cell = cells.nth(2)
-                panel_cell.scroll_into_view_if_needed()
-                panel_cell.screenshot(path=str(artifacts / "panel-aborted.png"))
-                assert page.locator("button.we0-abort[disabled]").count() == 1
+        # Abort while it streams
+        page.click("button.we0-abort")
+        page.wait_for_selector(".we0-status:has-text('aborted')", timeout=60_000)
+        page.wait_for_selector("button.we0-resume:not([disabled])", timeout=60_000)
+        page.wait_for_selector(".we0-live .we0-head[data-status='aborted']", timeout=60_000)
+        panel_cell = cells.nth(2)
+        panel_cell.scroll_into_view_if_needed()
+        panel_cell.screenshot(path=str(artifacts / "panel-aborted.png"))
+        assert page.locator("button.we0-abort[disabled]").count() == 1
 
-                # Resume: the finished transcript
-                page.click("button.we0-resume")
-                page.wait_for_selector(".we0-status:has-text('finished')", timeout=120_000)
-                page.wait_for_function("""() => [...document.querySelectorAll('.we0-live')]
-                    .some(e => e.innerText.includes('Resumed: all done.'))""", timeout=120_000)
-                page.wait_for_selector(".we0-live .we0-head[data-status='finished'] >> nth=1", timeout=60_000)
-                panel_text = panel_cell.locator(".we0-live").inner_text()
-                assert "UnfinishedAssistantMessage" in panel_text
-                assert "chunk0 chunk1" in panel_text
-                panel_cell.scroll_into_view_if_needed()
-                dismiss_toasts(page)
-                panel_cell.locator(".jp-Cell-outputWrapper").screenshot(path=str(artifacts / "panel-finished.png"))
+        # Resume: the finished transcript
+        page.click("button.we0-resume")
+        page.wait_for_selector(".we0-status:has-text('finished')", timeout=120_000)
+        page.wait_for_function("""() => [...document.querySelectorAll('.we0-live')]
+            .some(e => e.innerText.includes('Resumed: all done.'))""", timeout=120_000)
+        page.wait_for_selector(".we0-live .we0-head[data-status='finished'] >> nth=1", timeout=60_000)
+        panel_text = panel_cell.locator(".we0-live").inner_text()
+        assert "UnfinishedAssistantMessage" in panel_text
+        assert "chunk0 chunk1" in panel_text
+        panel_cell.scroll_into_view_if_needed()
+        dismiss_toasts(page)
+        panel_cell.locator(".jp-Cell-outputWrapper").screenshot(path=str(artifacts / "panel-finished.png"))
 
-                # XSS: model and tool text shows as text, nothing was injected
-                assert XSS in live_text and XSS in panel_text
-                assert page.evaluate("() => window.__pwned") is None
-                assert page.locator(".jp-OutputArea img[src='x']").count() == 0
-                page.screenshot(path=str(artifacts / "notebook.png"), full_page=True)
-            except Exception as exc:
-                page.screenshot(path=str(artifacts / "browser-failure.png"), full_page=True)
-                note_page_state(exc, page, lab)
-                raise
-            finally:
-                browser.close()
-    finally:
-        lab.stop()
+        # XSS: model and tool text shows as text, nothing was injected
+        assert XSS in live_text and XSS in panel_text
+        assert page.evaluate("() => window.__pwned") is None
+        assert page.locator(".jp-OutputArea img[src='x']").count() == 0
+        page.screenshot(path=str(artifacts / "notebook.png"), full_page=True)
     if os.environ.get("WE0NB_UPDATE_SCREENSHOTS") == "1":
         img = REPO / "docs" / "img"
         img.mkdir(parents=True, exist_ok=True)
@@ -202,75 +185,58 @@ panel.start("go")""",
 def test_abort_click_while_another_cell_awaits_stops_the_run(tmp_path, artifacts, version):
     """Run All: cell 2 awaits ``panel.wait()`` while the run streams; the Abort click stops the run
     before its side effect (``order_tea``), on an ipykernel 6 and a 7 kernel in their own venvs."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    playwright = pytest.importorskip("playwright.sync_api")
+    playwright = playwright_or_skip()
     from kernel_venvs import write_kernelspec
 
     root = tmp_path / "root"
     root.mkdir()
     name = write_kernelspec(tmp_path / "jupyter" / "data", version)
     write_notebook(root / "abort.ipynb", ABORT_CELLS, kernel=name, display=f"Python (ipykernel {version})")
-    lab = Lab(root, tmp_path / "jupyter")
-    lab.start()
-    try:
-        with playwright.sync_playwright() as p:
-            browser = launch_browser(p)
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    with lab_page(root, tmp_path / "jupyter", artifacts, f"abort-while-awaiting-{version}-failure.png") as (lab, page):
+        open_notebook(page, lab, "abort.ipynb")
+        state = "not started"
+        for attempt in range(4):
             try:
-                page.goto(f"{lab.url}/lab/tree/abort.ipynb", wait_until="domcontentloaded", timeout=120_000)
+                kernel_ready(page, kernel=f"Python (ipykernel {version})")
+            except (playwright.TimeoutError, AssertionError) as exc:  # a dialog that stays: load again
+                state = f"dialog stuck: {exc}"
+                page.reload(wait_until="domcontentloaded", timeout=120_000)
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-                state = "not started"
-                for attempt in range(4):
-                    try:
-                        kernel_ready(page, kernel=f"Python (ipykernel {version})")
-                    except (playwright.TimeoutError, AssertionError) as exc:  # a dialog that stays: load again
-                        state = f"dialog stuck: {exc}"
-                        page.reload(wait_until="domcontentloaded", timeout=120_000)
-                        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-                        continue
-                    run_all(page, restart=attempt > 0)
-                    if not started(page):  # right after the kernel dialog, Run All can be dropped
-                        continue
-                    # streaming, Abort enabled, and the second cell is running (awaiting the panel);
-                    # JupyterLab sometimes replaces the kernel as it starts and asks "Select Kernel":
-                    # accept it and run everything again from a fresh kernel
-                    state = page.wait_for_function("""() => {
-                        if (document.querySelector('.jp-Dialog')) return 'dialog';
-                        const live = [...document.querySelectorAll('.we0-live')].some(e => e.innerText.includes('w30 '));
-                        const prompts = document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
-                        return (live && document.querySelector('button.we0-abort:not([disabled])')
-                            && prompts.length > 1 && prompts[1].innerText.includes('*')) ? 'ready' : null;
-                    }""", timeout=180_000).json_value()
-                    if state == "ready":
-                        break
-                assert state == "ready", f"the run never reached the abort point ({state})"
-                clicked = time.time()
-                page.click("button.we0-abort")
-                found = page.wait_for_function("""() => {
-                    // JupyterLab renders only the cells in view: keep the last one in view, and read
-                    // the text here (the element may be unrendered again a moment later)
-                    const scroller = document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer');
-                    if (scroller) scroller.scrollTop = scroller.scrollHeight;
-                    const el = [...document.querySelectorAll('.jp-OutputArea-output')]
-                        .find(e => e.innerText.includes('orders:'));
-                    return el ? el.innerText : false;
-                }""", timeout=180_000)
-                seen = time.time()
-                out = found.json_value()
-                page.screenshot(path=str(artifacts / f"abort-while-awaiting-{version}.png"), full_page=True)
-                assert f"| ipykernel {version}" in out, out
-                assert "orders: [] | status: aborted" in out, out  # the side effect never ran
-                latency = float(out.split("| latency:")[1].split("|")[0])
-                assert 0 <= latency <= seen - clicked + 1.0, (latency, seen - clicked)
-            except Exception as exc:
-                page.screenshot(path=str(artifacts / f"abort-while-awaiting-{version}-failure.png"), full_page=True)
-                note_page_state(exc, page, lab)
-                raise
-            finally:
-                browser.close()
-    finally:
-        lab.stop()
+                continue
+            run_all(page, restart=attempt > 0)
+            if not started(page):  # right after the kernel dialog, Run All can be dropped
+                continue
+            # streaming, Abort enabled, and the second cell is running (awaiting the panel);
+            # JupyterLab sometimes replaces the kernel as it starts and asks "Select Kernel":
+            # accept it and run everything again from a fresh kernel
+            state = page.wait_for_function("""() => {
+                if (document.querySelector('.jp-Dialog')) return 'dialog';
+                const live = [...document.querySelectorAll('.we0-live')].some(e => e.innerText.includes('w30 '));
+                const prompts = document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt');
+                return (live && document.querySelector('button.we0-abort:not([disabled])')
+                    && prompts.length > 1 && prompts[1].innerText.includes('*')) ? 'ready' : null;
+            }""", timeout=180_000).json_value()
+            if state == "ready":
+                break
+        assert state == "ready", f"the run never reached the abort point ({state})"
+        clicked = time.time()
+        page.click("button.we0-abort")
+        found = page.wait_for_function("""() => {
+            // JupyterLab renders only the cells in view: keep the last one in view, and read
+            // the text here (the element may be unrendered again a moment later)
+            const scroller = document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer');
+            if (scroller) scroller.scrollTop = scroller.scrollHeight;
+            const el = [...document.querySelectorAll('.jp-OutputArea-output')]
+                .find(e => e.innerText.includes('orders:'));
+            return el ? el.innerText : false;
+        }""", timeout=180_000)
+        seen = time.time()
+        out = found.json_value()
+        page.screenshot(path=str(artifacts / f"abort-while-awaiting-{version}.png"), full_page=True)
+        assert f"| ipykernel {version}" in out, out
+        assert "orders: [] | status: aborted" in out, out  # the side effect never ran
+        latency = float(out.split("| latency:")[1].split("|")[0])
+        assert 0 <= latency <= seen - clicked + 1.0, (latency, seen - clicked)
 
 
 # --------------------------------------------------------------------------- a saved tutorial, untrusted
@@ -280,48 +246,36 @@ def test_abort_click_while_another_cell_awaits_stops_the_run(tmp_path, artifacts
 def test_a_saved_tutorial_reads_well_untrusted(tmp_path, artifacts):
     """What a Binder user sees first: the tutorial as saved, not trusted (its <style> is removed by
     JupyterLab's sanitiser); the inline styles keep tables, badges and text readable."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    playwright = pytest.importorskip("playwright.sync_api")
+    playwright_or_skip()
     root = tmp_path / "root"
     root.mkdir()
     shutil.copyfile(REPO / "notebooks" / "02-abort-and-resume.ipynb", root / "tutorial.ipynb")
-    lab = Lab(root, tmp_path / "jupyter")
-    lab.start()
-    try:
-        with playwright.sync_playwright() as p:
-            browser = launch_browser(p)
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            try:
-                page.goto(f"{lab.url}/lab/tree/tutorial.ipynb", wait_until="domcontentloaded", timeout=120_000)
-                page.wait_for_selector(".jp-OutputArea-output .we0", timeout=120_000)
-                facts = page.evaluate("""() => {
-                    const out = document.querySelector('.jp-Notebook');
-                    const badge = out.querySelector('.we0-badge');
-                    const cell = out.querySelector('.we0-tools td');
-                    const text = out.querySelector('.we0-text');
-                    const head = out.querySelector('.we0-turn > div');
-                    return {
-                        styles: out.querySelectorAll('.jp-OutputArea-output style').length,
-                        badgeBg: getComputedStyle(badge).backgroundColor,
-                        badgeColor: getComputedStyle(badge).color,
-                        cellBorder: getComputedStyle(cell).borderTopWidth,
-                        whiteSpace: getComputedStyle(text).whiteSpace,
-                        head: head.innerText,
-                    };
-                }""")
-                table = page.locator(".jp-OutputArea-output .we0:has(.we0-tools)").first
-                table.scroll_into_view_if_needed()
-                table.screenshot(path=str(artifacts / "tutorial-untrusted.png"))
-                assert facts["styles"] == 0, "the notebook is trusted: this test would not see the sanitised view"
-                assert facts["badgeBg"] not in ("rgba(0, 0, 0, 0)", "transparent") and facts["badgeColor"] == "rgb(255, 255, 255)"
-                assert facts["cellBorder"] != "0px"
-                assert facts["whiteSpace"] == "pre-wrap"
-                assert re.match(r"^\w+\s+\S", facts["head"]), facts["head"]  # "USER 2026-…", not "USER2026-…"
-            finally:
-                browser.close()
-    finally:
-        lab.stop()
+    with lab_page(root, tmp_path / "jupyter", artifacts, "tutorial-failure.png") as (lab, page):
+        page.goto(f"{lab.url}/lab/tree/tutorial.ipynb", wait_until="domcontentloaded", timeout=120_000)
+        page.wait_for_selector(".jp-OutputArea-output .we0", timeout=120_000)
+        facts = page.evaluate("""() => {
+            const out = document.querySelector('.jp-Notebook');
+            const badge = out.querySelector('.we0-badge');
+            const cell = out.querySelector('.we0-tools td');
+            const text = out.querySelector('.we0-text');
+            const head = out.querySelector('.we0-turn > div');
+            return {
+                styles: out.querySelectorAll('.jp-OutputArea-output style').length,
+                badgeBg: getComputedStyle(badge).backgroundColor,
+                badgeColor: getComputedStyle(badge).color,
+                cellBorder: getComputedStyle(cell).borderTopWidth,
+                whiteSpace: getComputedStyle(text).whiteSpace,
+                head: head.innerText,
+            };
+        }""")
+        table = page.locator(".jp-OutputArea-output .we0:has(.we0-tools)").first
+        table.scroll_into_view_if_needed()
+        table.screenshot(path=str(artifacts / "tutorial-untrusted.png"))
+        assert facts["styles"] == 0, "the notebook is trusted: this test would not see the sanitised view"
+        assert facts["badgeBg"] not in ("rgba(0, 0, 0, 0)", "transparent") and facts["badgeColor"] == "rgb(255, 255, 255)"
+        assert facts["cellBorder"] != "0px"
+        assert facts["whiteSpace"] == "pre-wrap"
+        assert re.match(r"^\w+\s+\S", facts["head"]), facts["head"]  # "USER 2026-…", not "USER2026-…"
 
 
 RAW_WIDGET = re.compile(r"^\s*(VBox|HBox|Box|GridBox|HTML|Label|Button|Output|IntProgress|FloatProgress|Textarea|"
@@ -333,54 +287,40 @@ def test_every_saved_tutorial_opens_without_a_raw_widget_repr(tmp_path, artifact
     """What a Binder visitor sees before running anything (issue 36): each saved tutorial, untrusted,
     shows no widget's Python repr (``VBox(children=(HTML(value=''), Button(…``) and no widget error;
     08's batch views read as their final state (the items ended, not tqdm's first ``0/200``)."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    playwright = pytest.importorskip("playwright.sync_api")
+    playwright_or_skip()
     root = tmp_path / "root"
     root.mkdir()
     names = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
     for name in names:
         shutil.copyfile(REPO / "notebooks" / name, root / name)
-    lab = Lab(root, tmp_path / "jupyter")
-    lab.start()
-    try:
-        with playwright.sync_playwright() as p:
-            browser = launch_browser(p)
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            try:
-                seen = {}
-                for name in names:
-                    # (?reset: a fresh workspace, the previous notebook's tab is not restored)
-                    page.goto(f"{lab.url}/lab/tree/{name}?reset", wait_until="domcontentloaded", timeout=120_000)
-                    page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output",
-                                           state="attached", timeout=120_000)
-                    page.wait_for_timeout(1500)  # the outputs below the first render too
-                    seen[name] = page.evaluate("""() => [...document.querySelectorAll(
-                        '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output')].map(e => e.innerText)""")
-                    if name.startswith("08"):
-                        page.locator(".we0-batch-view").first.scroll_into_view_if_needed()
-                        page.screenshot(path=str(artifacts / "saved-08-batch.png"))
-                for name, outputs in seen.items():
-                    assert outputs, f"{name}: no saved output rendered"
-                    raw = [o[:80] for o in outputs if RAW_WIDGET.search(o) or "Error displaying widget" in o]
-                    assert not raw, f"{name}: raw widget text on first open: {raw}"
-                views = [o for o in seen[next(n for n in names if n.startswith("08"))] if o.startswith("reviews-v1")]
-                assert len(views) == 2, views
-                assert re.search(r"aborted · \d+/200 ended", views[0]) and "0/200" not in views[0], views[0]
-                assert "finished · 200/200 ended" in views[1], views[1]
-            finally:
-                browser.close()
-    finally:
-        lab.stop()
+    with lab_page(root, tmp_path / "jupyter", artifacts, "saved-tutorials-failure.png") as (lab, page):
+        seen = {}
+        for name in names:
+            # (?reset: a fresh workspace, the previous notebook's tab is not restored)
+            page.goto(f"{lab.url}/lab/tree/{name}?reset", wait_until="domcontentloaded", timeout=120_000)
+            page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output",
+                                   state="attached", timeout=120_000)
+            page.wait_for_timeout(1500)  # the outputs below the first render too
+            seen[name] = page.evaluate("""() => [...document.querySelectorAll(
+                '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output')].map(e => e.innerText)""")
+            if name.startswith("08"):
+                page.locator(".we0-batch-view").first.scroll_into_view_if_needed()
+                page.screenshot(path=str(artifacts / "saved-08-batch.png"))
+        for name, outputs in seen.items():
+            assert outputs, f"{name}: no saved output rendered"
+            raw = [o[:80] for o in outputs if RAW_WIDGET.search(o) or "Error displaying widget" in o]
+            assert not raw, f"{name}: raw widget text on first open: {raw}"
+        views = [o for o in seen[next(n for n in names if n.startswith("08"))] if o.startswith("reviews-v1")]
+        assert len(views) == 2, views
+        assert re.search(r"aborted · \d+/200 ended", views[0]) and "0/200" not in views[0], views[0]
+        assert "finished · 200/200 ended" in views[1], views[1]
 
 
 @pytest.mark.timeout(1800)  # with the wait for the browser slot
 def test_the_tool_table_keeps_its_columns_as_calls_change(tmp_path, artifacts):
     """Issue 36: the columns of the tool table do not move between running, aborted and finished,
     a JSON input wraps at its width (not a key per line), and a call id is never broken mid-token."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    playwright = pytest.importorskip("playwright.sync_api")
+    playwright = playwright_or_skip()
     from we0nb.messages import ToolPart, ToolStateCompleted, ToolStateError, ToolStateRunning, ToolTime
     from we0nb.notebook.html import tool_table_html, wrap
 
@@ -446,60 +386,43 @@ def test_batch_abort_clicked_in_the_dark_theme(tmp_path, artifacts):
     """Issue 36 in JupyterLab Dark: the batch view's Abort is clicked as a person would; the view's
     counts then sum to the items and agree with the result; the ended button is neutral, not a
     disabled red on red, and says "Aborted"."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
-    playwright = pytest.importorskip("playwright.sync_api")
+    playwright_or_skip()
     root = tmp_path / "root"
     root.mkdir()
     write_notebook(root / "batch.ipynb", BATCH_CELLS)
     settings = tmp_path / "jupyter" / "config" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "themes.jupyterlab-settings").write_text(json.dumps({"theme": "JupyterLab Dark"}))
-    lab = Lab(root, tmp_path / "jupyter")
-    lab.start()
-    try:
-        with playwright.sync_playwright() as p:
-            browser = launch_browser(p)
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    with lab_page(root, tmp_path / "jupyter", artifacts, "batch-dark-failure.png") as (lab, page):
+        open_notebook(page, lab, "batch.ipynb")
+        for attempt in range(3):
+            kernel_ready(page, kernel="Python 3 (ipykernel)")
+            run_all(page, restart=attempt > 0)
+            if not started(page):
+                continue
             try:
-                page.goto(f"{lab.url}/lab/tree/batch.ipynb", wait_until="domcontentloaded", timeout=120_000)
-                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
-                for attempt in range(3):
-                    kernel_ready(page, kernel="Python 3 (ipykernel)")
-                    run_all(page, restart=attempt > 0)
-                    if not started(page):
-                        continue
-                    try:
-                        page.wait_for_function("""() => [...document.querySelectorAll('.we0-batch-view')]
-                            .some(e => /[1-9]\\d*\\/40 ended/.test(e.innerText))""", timeout=120_000)
-                        break
-                    except Exception:
-                        if attempt == 2:
-                            raise
-                dismiss_toasts(page)
-                page.locator(".we0-batch button:has-text('Abort')").click()
-                out = page.wait_for_function("""() => {
-                    const hit = [...document.querySelectorAll('.jp-OutputArea-output')]
-                        .find(e => e.innerText.includes('stopped:'));
-                    return hit ? hit.innerText : false;
-                }""", timeout=120_000).json_value()
-                page.wait_for_selector(".we0-batch button:has-text('Aborted')", timeout=60_000)
-                facts = page.evaluate("""() => {
-                    const b = document.querySelector('.we0-batch button');
-                    const view = document.querySelector('.we0-batch-view');
-                    return {theme: document.body.dataset.jpThemeLight, view: view.innerText,
-                            buttonBg: getComputedStyle(b).backgroundColor, disabled: b.disabled,
-                            classes: b.className};
-                }""")
-                page.locator(".we0-batch").first.screenshot(path=str(artifacts / "batch-dark-aborted.png"))
-            except Exception as exc:
-                page.screenshot(path=str(artifacts / "batch-dark-failure.png"), full_page=True)
-                note_page_state(exc, page, lab)
-                raise
-            finally:
-                browser.close()
-    finally:
-        lab.stop()
+                page.wait_for_function("""() => [...document.querySelectorAll('.we0-batch-view')]
+                    .some(e => /[1-9]\\d*\\/40 ended/.test(e.innerText))""", timeout=120_000)
+                break
+            except Exception:
+                if attempt == 2:
+                    raise
+        dismiss_toasts(page)
+        page.locator(".we0-batch button:has-text('Abort')").click()
+        out = page.wait_for_function("""() => {
+            const hit = [...document.querySelectorAll('.jp-OutputArea-output')]
+                .find(e => e.innerText.includes('stopped:'));
+            return hit ? hit.innerText : false;
+        }""", timeout=120_000).json_value()
+        page.wait_for_selector(".we0-batch button:has-text('Aborted')", timeout=60_000)
+        facts = page.evaluate("""() => {
+            const b = document.querySelector('.we0-batch button');
+            const view = document.querySelector('.we0-batch-view');
+            return {theme: document.body.dataset.jpThemeLight, view: view.innerText,
+                    buttonBg: getComputedStyle(b).backgroundColor, disabled: b.disabled,
+                    classes: b.className};
+        }""")
+        page.locator(".we0-batch").first.screenshot(path=str(artifacts / "batch-dark-aborted.png"))
     assert facts["theme"] == "false", facts  # the dark theme is the one shown
     assert "stopped: aborted" in out, out
     counts = {k: int(v) for k, v in re.findall(r"'(\w+)': (\d+)", out)}
