@@ -35,7 +35,8 @@ SID = "ses_w11"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _agent(p):
+def fork_agent(p):
+    """The agent that builds the long session (W11 here, and W12's fork): a tool call every other turn."""
     from we0nb import FunctionModel, We0Agent, text, tool, tool_call
     from we0nb.models.base import ToolResult
 
@@ -67,7 +68,7 @@ async def bench(db: str, schema, runs: int, messages: int, quiet: bool) -> float
     from we0nb import SqlPersistence
 
     p = SqlPersistence(db, schema=schema)
-    agent = _agent(p)
+    agent = fork_agent(p)
     ids = await _built(agent, messages)
     at = ids[len(ids) // 2]
     made = [await agent.fork(SID, at=at)]  # (warm-up: statements compiled, caches filled)

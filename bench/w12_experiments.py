@@ -25,6 +25,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _stats import spread  # noqa: E402
+from w11_fork import fork_agent  # noqa: E402
 
 SLEEP = 0.05
 
@@ -36,29 +37,12 @@ async def _long_session(agent, sid: str, turns: int) -> None:
         await agent.invoke(session_id=sid, messages=[user_message(f"question {i}")])
 
 
-def _fork_agent(p):
-    from we0nb import FunctionModel, We0Agent, text, tool, tool_call
-    from we0nb.models.base import ToolResult
-
-    @tool(side_effects=False)
-    def look(q: str) -> str:
-        return "seen " + q
-
-    def reply(request):
-        if request.turn_steps == 0 and len(request.messages) % 4 == 1:
-            return [tool_call("look", {"q": "x"})]
-        last = request.messages[-1]
-        return [text("answer after " + ("a tool" if isinstance(last, ToolResult) else "a question"))]
-
-    return We0Agent(FunctionModel(reply, keep_requests=False), tools=[look], persistence=p)
-
-
 async def bench_fork(store: str, runs: int, messages: int) -> None:
     from we0nb import MemoryPersistence, SqlPersistence
 
     folder = tempfile.mkdtemp(prefix="w12-")
     p = SqlPersistence(f"sqlite:///{folder}/fork.db") if store == "sqlite" else MemoryPersistence()
-    agent = _fork_agent(p)
+    agent = fork_agent(p)
     sid = "ses_long"
     turns = 0
     while True:

@@ -1,14 +1,11 @@
 """RunPanel's Fork here row without a kernel: the message picker, a click from another thread,
 the fork read back from the store, a refused fork said in the row, the button while a run goes on."""
 
-import asyncio
-import threading
-import time
-
 import pytest
 
 from we0nb import ScriptedModel, We0Agent, text
 from we0nb.notebook import RunPanel
+from widgetkit import click_from_thread, until
 
 pytest.importorskip("ipywidgets")
 
@@ -16,19 +13,6 @@ pytest.importorskip("ipywidgets")
 class Handle:
     def update(self, bundle):
         pass
-
-
-async def _until(pred, timeout=20):
-    end = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < end, "timed out waiting"
-        await asyncio.sleep(0.01)
-
-
-def _click_from_thread(button):
-    t = threading.Thread(target=button.click, name="subshell-fake")
-    t.start()
-    t.join()
 
 
 async def test_fork_here_at_the_chosen_message_from_another_thread_then_go_on_there():
@@ -46,8 +30,8 @@ async def test_fork_here_at_the_chosen_message_from_another_thread_then_go_on_th
     assert box.picker.value == ids[-1] and not box.fork_button.disabled and box.widget.layout.display == "flex"
 
     box.picker.value = ids[1]  # the first answer
-    _click_from_thread(box.fork_button)
-    await _until(lambda: box.forks)
+    click_from_thread(box.fork_button)
+    await until(lambda: box.forks)
     fid = box.forks[0]
     assert box.click_threads == ["subshell-fake"] and not box.fork_button.disabled
     assert fid in box.message.value and "message #2" in box.message.value and "nothing ran" in box.message.value
@@ -72,8 +56,8 @@ async def test_a_refused_fork_is_said_in_the_row_and_the_button_waits_for_the_ru
     await agent.revert("ses_fr", ids[1])  # the answer is hidden now, though the row still lists it
     box = panel.forks
     box.picker.value = ids[1]
-    _click_from_thread(box.fork_button)
-    await _until(lambda: "Not forked" in box.message.value)
+    click_from_thread(box.fork_button)
+    await until(lambda: "Not forked" in box.message.value)
     assert "hidden by a revert" in box.message.value and box.forks == []
     with pytest.raises(ValueError, match="is not in session"):
         await panel.fork("msg_nope")

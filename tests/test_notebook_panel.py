@@ -1,13 +1,13 @@
 """RunPanel without a kernel: background task, Abort from another thread, Resume, statuses."""
 
 import asyncio
-import threading
 import time
 
 import pytest
 
 from we0nb import ScriptedModel, We0Agent, text
 from we0nb.notebook import RunPanel
+from widgetkit import click_from_thread, until
 
 pytest.importorskip("ipywidgets")
 
@@ -25,19 +25,6 @@ def _agent(n=3000, delay=0.002):
                                   delay=delay))
 
 
-async def _until(pred, timeout=20):
-    end = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < end, "timed out waiting"
-        await asyncio.sleep(0.01)
-
-
-def _click_from_thread(button):
-    t = threading.Thread(target=button.click, name="subshell-fake")
-    t.start()
-    t.join()
-
-
 async def test_abort_from_another_thread_then_resume():
     handles = []
     agent = _agent()
@@ -46,8 +33,8 @@ async def test_abort_from_another_thread_then_resume():
     panel.start("hello")
     assert panel.status == "running"
     assert not panel.abort_button.disabled and panel.resume_button.disabled
-    await _until(lambda: panel.view.delta_count > 20)
-    _click_from_thread(panel.abort_button)
+    await until(lambda: panel.view.delta_count > 20)
+    click_from_thread(panel.abort_button)
     assert await asyncio.wait_for(panel.wait(), 10) is None
     assert panel.status == "aborted"
     assert panel.click_threads == ["subshell-fake"]
@@ -58,8 +45,8 @@ async def test_abort_from_another_thread_then_resume():
     last = t.messages[-1]
     assert last.info.role == "assistant" and last.info.time.completed is None and last.text.startswith("w0 w1 ")
 
-    _click_from_thread(panel.resume_button)
-    await _until(lambda: panel.status != "aborted")
+    click_from_thread(panel.resume_button)
+    await until(lambda: panel.status != "aborted")
     result = await asyncio.wait_for(panel.wait(), 20)
     assert result.text == "Resumed and finished."
     assert panel.status == "finished"
@@ -90,12 +77,12 @@ async def test_busy_and_needs_resume():
     panel.start("x")
     with pytest.raises(RuntimeError, match="already going on"):
         panel.start("y")
-    await _until(lambda: panel.view.delta_count > 5)
+    await until(lambda: panel.view.delta_count > 5)
     panel.abort()
     await panel.wait()
     # a new panel on the same session sees the unfinished turn
     other = RunPanel(agent, session_id="ses_nr", display=lambda b: Handle())
-    await _until(lambda: other.status == "needs resume")
+    await until(lambda: other.status == "needs resume")
     assert not other.resume_button.disabled
     other.resume()
     assert (await other.wait()).text == "Resumed and finished."
@@ -130,7 +117,7 @@ async def test_resume_reads_the_store_first_and_the_delta_count_is_per_run():
     agent = _agent(n=2000, delay=0.002)
     panel = RunPanel(agent, session_id="ses_r", display=lambda b: Handle())
     panel.start("x")
-    await _until(lambda: panel.view.delta_count > 20)
+    await until(lambda: panel.view.delta_count > 20)
     panel.abort()
     await panel.wait()
     prompt_deltas = panel.view.delta_count
