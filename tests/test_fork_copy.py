@@ -189,3 +189,28 @@ def test_a_call_whose_output_holds_a_nul_is_copied_too(sql):
     fork = asyncio.run(store.load_transcript(a))
     state = fork.messages[1].tool_parts[0].state
     assert state.output == "out\x00put" and state.metadata["idempotency_key"] == "key-nul"
+
+
+def test_a_record_the_database_cannot_read_is_named_and_nothing_is_written(sql):
+    """A call's document that the database's JSON cannot read (PostgreSQL's json refuses a lone
+    surrogate escape; the index reads it there) fails the fork as the corrupt record it is, naming
+    the part — not as a failing database — and no session is made."""
+    from we0nb import CorruptRecordError
+    from we0nb.messages import ToolStateCompleted, ToolTime
+
+    store = sql.fresh()
+    done = ToolStateCompleted(input={"path": "a"}, output="OUTPUT", time=ToolTime(start=1.0, end=2.0),
+                              metadata={"idempotency_key": "key-1", "attempt": 1})
+    asyncio.run(seed(store, SOURCE, [("write", done)], completed=True))
+    part = asyncio.run(store.load_transcript(SOURCE)).messages[1].tool_parts[0].id
+    sql.raw(f"UPDATE we0_parts SET data = replace(data, '\"OUTPUT\"', '\"\\udc00\"') WHERE id = '{part}'")
+    before = len(asyncio.run(store.list_sessions()))
+    with pytest.raises(CorruptRecordError, match=part):
+        asyncio.run(store_fork(store))
+    assert len(asyncio.run(store.list_sessions())) == before
+
+
+async def store_fork(store) -> str:
+    from we0nb.engine.fork import fork_session
+
+    return await fork_session(store, SOURCE, new_session_id="ses_fork_of_corrupt")

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Optional
 
 from .._ids import new_id, new_ids, now
+from ..errors import CorruptRecordError, PersistenceError
 from ..messages import (UNFINISHED_MESSAGE, UNFINISHED_REASON, AssistantMessage, MessageError, MessageTime,
                         MessageWithParts, Part, Session, SessionTime, ToolPart, snapshot)
 from ..models.view import dump_view
@@ -57,7 +58,10 @@ async def fork_session(persistence: Persistence, session_id: str, *, at: Optiona
     kept: list[IndexedMessage] = []
     copied: list[MessageWithParts] = []
     if copier is not None:
-        index = await copier.session_index(session_id, at)  # (the messages after ``at`` are not read)
+        try:
+            index = await copier.session_index(session_id, at)  # (the messages after ``at`` are not read)
+        except PersistenceError as e:
+            raise await _named(persistence, session_id, e) from e
         source_session = index.session if index is not None else None
         if index is not None:
             rev = index.session.revert
@@ -80,13 +84,30 @@ async def fork_session(persistence: Persistence, session_id: str, *, at: Optiona
         session = Session(id=target, title=source_session.title, time=SessionTime(created=t, updated=t),
                           forked_from=session_id, forked_at=at)
         if copier is not None:
-            await _copy_in_store(copier, session_id, kept, session, lease, persistence.keeps_views)
+            try:
+                await _copy_in_store(copier, session_id, kept, session, lease, persistence.keeps_views)
+            except PersistenceError as e:
+                raise await _named(persistence, session_id, e) from e
         else:
             await persistence.commit(_copy(copied, target, persistence.keeps_views), lease=lease, session=session)
         await persistence.flush()
     finally:
         await lease.release()
     return target
+
+
+async def _named(persistence: Persistence, session_id: str, error: PersistenceError) -> PersistenceError:
+    """A store error of the copy in the store, said as a corrupt record of the source when it is one:
+    the database cannot read a row's JSON and says only that; loading the session names the row."""
+    if isinstance(error, CorruptRecordError):
+        return error
+    try:
+        await persistence.load_transcript(session_id)
+    except CorruptRecordError as corrupt:
+        return corrupt
+    except Exception:  # (the store is failing otherwise: the copy's own error says it)
+        return error
+    return error
 
 
 def _count(visible: list[str], every: list[str], session_id: str, at: Optional[str]) -> int:
