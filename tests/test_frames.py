@@ -1029,3 +1029,22 @@ def test_postgres_connection_failure_is_a_persistence_error():
     with pytest.raises(PersistenceError, match="Cannot reach the database") as e:  # the engine's words
         tool_calls_df(url.render_as_string(hide_password=False))
     assert "s3cret" not in str(e.value) and e.value.__cause__ is not None
+
+
+def test_a_lone_surrogate_escape_edited_into_a_document_shows_as_a_replacement(pg):
+    """The engine repairs lone surrogates before it writes (we0nb._text); a row edited by hand can
+    still hold the escape ``\\udc00``: PostgreSQL hands it over as is, and the frame shows U+FFFD
+    (it raised UnicodeEncodeError from pyarrow)."""
+    import asyncio
+
+    @tool(side_effects=False)
+    def look(q: str) -> str:
+        return "seen"
+
+    store = pg.fresh()
+    agent = We0Agent(ScriptedModel([[tool_call("look", {"q": "x"})], [text("done")]]), tools=[look],
+                     persistence=store)
+    asyncio.run(agent.invoke(session_id="s", messages=[user_message("hi")]))
+    pg.raw("UPDATE we0_parts SET data = replace(data, '\"seen\"', '\"\\udc00!\"') WHERE type = 'tool'")
+    df = tool_calls_df(store, session_id="s")
+    assert df["output"].tolist() == ["\ufffd!"]

@@ -15,6 +15,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from .._text import clean
 from ..persistence.sql.columns import CATEGORIES
 
 __all__ = ["ROLES", "PART_TYPES", "STATUSES", "INTERRUPT_REASONS", "APPROVALS", "OUTCOMES", "FIXED_CATEGORIES",
@@ -140,8 +141,11 @@ def _strings(values: Any) -> Any:
 
     try:
         return pa.array(values, type=pa.large_string())
-    except (pa.ArrowTypeError, pa.ArrowInvalid):  # a document holding a number where text belongs
-        return pa.array([v if v is None or isinstance(v, str) else str(v) for v in values], type=pa.large_string())
+    except (pa.ArrowTypeError, pa.ArrowInvalid, UnicodeEncodeError):
+        # a document holding a number where text belongs, or a lone surrogate escape that the engine
+        # never writes (it repairs them: see we0nb._text) but a row edited by hand can hold
+        return pa.array([v if v is None else clean(v) if isinstance(v, str) else str(v) for v in values],
+                        type=pa.large_string())
 
 
 def convert(chunk: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
