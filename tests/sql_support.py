@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -167,3 +168,31 @@ async def put(p: Any, message: Any = None, *parts: Any, view: Optional[str] = No
     """Write ``message`` (or None) and ``parts`` in one commit of their own (no lease): what a test
     stores directly, through the port's one write path."""
     await p.commit([(message, parts, view)])
+
+
+@dataclass
+class Target:
+    """A database a crash test's worker processes open: a URL, and a PostgreSQL schema."""
+
+    url: str
+    schema: Optional[str] = None
+
+    def persistence(self) -> Any:
+        from we0nb import SqlPersistence
+
+        return SqlPersistence(self.url, schema=self.schema) if self.schema else SqlPersistence(self.url)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    """A SQLite file, or a PostgreSQL schema of its own (dropped afterwards)."""
+    if request.param == "sqlite":
+        yield Target(f"sqlite:///{tmp_path / 'crash.db'}")
+        return
+    if PG_URL is None:
+        pytest.skip(PG_SKIP_REASON)
+    schema = create_schema()
+    try:
+        yield Target(PG_URL, schema)
+    finally:
+        drop_schema(schema)

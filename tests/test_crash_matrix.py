@@ -17,14 +17,13 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
 import pytest
 
-from sql_support import PG_SKIP_REASON, PG_URL, create_schema, drop_schema
-from we0nb import SqlPersistence, ToolPart, Transcript
+from sql_support import Target, target  # noqa: F401 (a fixture)
+from we0nb import ToolPart, Transcript
 from we0nb._ids import new_id
 
 pytestmark = pytest.mark.crash
@@ -32,29 +31,6 @@ pytestmark = pytest.mark.crash
 WORKER = Path(__file__).with_name("crash_worker.py")
 POINTS = ["mid_stream", "before_body", "inside_tool", "after_completion", "between_steps"]
 TIMEOUT = 120
-
-
-@dataclass
-class Target:
-    url: str
-    schema: Optional[str] = None
-
-    def persistence(self) -> SqlPersistence:
-        return SqlPersistence(self.url, schema=self.schema) if self.schema else SqlPersistence(self.url)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    if request.param == "sqlite":
-        yield Target(f"sqlite:///{tmp_path / 'crash.db'}")
-        return
-    if PG_URL is None:
-        pytest.skip(PG_SKIP_REASON)
-    schema = create_schema()
-    try:
-        yield Target(PG_URL, schema)
-    finally:
-        drop_schema(schema)
 
 
 class Worker:

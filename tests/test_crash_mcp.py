@@ -15,32 +15,18 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from mcpkit import alive, entries, starts, wait_until
-from sql_support import PG_SKIP_REASON, PG_URL, create_schema, drop_schema
-from test_crash_matrix import Target, assert_all_final, assert_lease_free, load
+from sql_support import target  # noqa: F401 (a fixture)
+from sql_support import Target
+from test_crash_matrix import assert_all_final, assert_lease_free, load
 from we0nb._ids import new_id
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(180)]
 
 WORKER = Path(__file__).with_name("mcp_crash_worker.py")
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    if request.param == "sqlite":
-        yield Target(f"sqlite:///{tmp_path / 'crash.db'}")
-        return
-    if PG_URL is None:
-        pytest.skip(PG_SKIP_REASON)
-    schema = create_schema()
-    try:
-        yield Target(PG_URL, schema)
-    finally:
-        drop_schema(schema)
 
 
 @pytest.fixture
