@@ -29,7 +29,8 @@ from ..persistence.base import Lease
 from ..persistence.batches import BatchItem, BatchQueue, ItemEnd
 from .prompts import prompt_messages
 
-__all__ = ["ItemOutcome", "Ready", "prepare", "reserve", "give_back", "run_item", "released", "RATE_LIMITED"]
+__all__ = ["ItemOutcome", "Ready", "prepare", "reserve", "give_back", "run_item", "released", "wait_released",
+           "RATE_LIMITED"]
 
 log = logging.getLogger("we0nb.batch")
 
@@ -53,10 +54,11 @@ class ItemOutcome:
 async def released(outcome: ItemOutcome) -> None:
     """Wait for the run's lease release (a failure is logged: the lease then expires by itself)."""
     if outcome.release is not None:
-        await _released(outcome.release)
+        await wait_released(outcome.release)
 
 
-async def _released(release: "asyncio.Future[None]") -> None:
+async def wait_released(release: "asyncio.Future[None]") -> None:
+    """Wait for a pipelined run's lease release, never cancelling it; a failure is logged."""
     try:
         await asyncio.shield(release)
     except Exception as e:
@@ -133,7 +135,7 @@ async def run_item(agent: Any, taken: "Ready | BatchItem", stop: asyncio.Event, 
                                  backoff=backoff, on_cost=on_cost)
     except BaseException:
         if run.released is not None:  # (the batch was cancelled: released before it goes)
-            await _released(run.released)
+            await wait_released(run.released)
         raise
     outcome.release = run.released
     return outcome

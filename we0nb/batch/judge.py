@@ -20,6 +20,7 @@ from ..engine.agent import We0Agent
 from ..engine.request import RunRequest, RunResult
 from ..engine.run import Run, RunOptions
 from ..models.base import Model
+from .item import wait_released
 from .score import Case, Score, Scorer, ScoringContext
 
 __all__ = ["judge", "Judge", "Verdict", "judge_session_id"]
@@ -115,8 +116,8 @@ async def _run(agent: We0Agent, request: RunRequest, held: Any) -> RunResult:
         async for _ in run.events():
             pass
     finally:
-        if run.released is not None:
-            await run.released
+        if run.released is not None:  # (shielded: a scoring cancelled meanwhile still releases it)
+            await wait_released(run.released)
     assert run.result is not None
     return run.result
 
