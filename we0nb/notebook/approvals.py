@@ -34,6 +34,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Optional
 
 from . import clicks
+from .styles import row_border, row_message
 
 if TYPE_CHECKING:  # pragma: no cover
     from .panel import RunPanel
@@ -151,8 +152,7 @@ class ApprovalRow:
     # ------------------------------------------------------------------ state
 
     def say(self, text: str, error: bool = False) -> None:
-        colour = "#d32f2f" if error else "inherit"
-        self.message.value = f"<span style='white-space:normal;color:{colour}'>{html.escape(text)}</span>"
+        self.message.value = row_message(text, error)
 
     def set_busy(self, busy: bool) -> None:
         done = self.decision is not None
@@ -163,7 +163,7 @@ class ApprovalRow:
         self.decision = decision
         self.set_busy(False)
         self.say(text)
-        self.widget.layout.border = f"1px solid {'#00796b' if decision == 'approved' else '#ad1457'}"
+        self.widget.layout.border = row_border(decision == "approved")
 
     def close(self) -> None:
         for w in (self.approve_button, self.deny_button, self.args, self.reason):

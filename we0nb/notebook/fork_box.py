@@ -14,9 +14,10 @@ only reads the chosen message and schedules the fork onto the kernel's loop
 from __future__ import annotations
 
 import asyncio
-import html
 import threading
 from typing import TYPE_CHECKING, Any, Optional
+
+from .styles import row_message
 
 if TYPE_CHECKING:  # pragma: no cover
     from .panel import RunPanel
@@ -88,8 +89,7 @@ class ForkBox:
         self.picker.disabled = busy
 
     def say(self, text: str, error: bool = False) -> None:
-        colour = "#d32f2f" if error else "inherit"
-        self.message.value = f"<span style='white-space:normal;color:{colour}'>{html.escape(text)}</span>"
+        self.message.value = row_message(text, error)
 
     # ------------------------------------------------------------------ the fork
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from .._forms import FormField, form_fields, parse_field
 from . import clicks
+from .styles import row_border, row_message
 
 if TYPE_CHECKING:  # pragma: no cover
     from .panel import RunPanel
@@ -117,8 +118,7 @@ class QuestionRow:
         return out
 
     def say(self, text: str, error: bool = False) -> None:
-        colour = "#d32f2f" if error else "inherit"
-        self.message.value = f"<span style='white-space:normal;color:{colour}'>{html.escape(text)}</span>"
+        self.message.value = row_message(text, error)
 
     def set_busy(self, busy: bool) -> None:
         for w in (*self.buttons.values(), *self.inputs.values()):
@@ -128,7 +128,7 @@ class QuestionRow:
         self.answered = action
         self.set_busy(False)
         self.say(text)
-        self.widget.layout.border = f"1px solid {'#00796b' if action == 'accept' else '#ad1457'}"
+        self.widget.layout.border = row_border(action == "accept")
 
     def close(self) -> None:
         for b in self.buttons.values():

@@ -11,9 +11,10 @@ dark backgrounds.
 
 from __future__ import annotations
 
+import html
 import re
 
-__all__ = ["CSS", "STYLE", "INLINE", "inline_styles"]
+__all__ = ["CSS", "STYLE", "INLINE", "inline_styles", "row_message", "row_border"]
 
 CSS = """
 .we0{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:var(--jp-ui-font-size1,13px);
@@ -129,3 +130,14 @@ def inline_styles(html: str) -> str:
         return f"<{m.group(1)}{m.group(2)} style='{style}'>" if style else m.group(0)
 
     return _TAG.sub(add, html)
+
+
+def row_message(text: str, error: bool = False) -> str:
+    """A widget row's message line (approval, question, fork): ``text`` escaped, red for an error."""
+    colour = "#d32f2f" if error else "inherit"
+    return f"<span style='white-space:normal;color:{colour}'>{html.escape(text)}</span>"
+
+
+def row_border(accepted: bool) -> str:
+    """The border of a widget row once decided: teal when accepted (approved), plum otherwise."""
+    return f"1px solid {'#00796b' if accepted else '#ad1457'}"
