@@ -78,6 +78,9 @@ class InlineSqlite:
     #: most an eighth of the limit); each commit counts a bound of what it wrote (:func:`_bound`),
     #: so the WAL passes its limit by at most this much before a checkpoint is asked for
     WAL_STRIDE = 512 * 1024
+    #: the room left on the WAL's disk, in WALs, under which a checkpoint is asked for at once and
+    #: the loop's writes give way to it (it copies the WAL's pages into the database first)
+    ROOM_PER_WAL = 4
     #: the bytes of a WAL frame per page written, for the bound (the page size + the frame header)
     FRAME = 4096 + 24
     #: the longest single async back-off sleep while the database is locked (seconds)
@@ -317,7 +320,7 @@ class InlineSqlite:
         """After a commit that wrote at most ``bound`` bytes to the WAL (None: unknown): ask for a
         checkpoint once the WAL has outgrown its limit, or the room left on its disk. The WAL's size
         is looked at only once the commits since the last look may have added :attr:`WAL_STRIDE`
-        bytes (or an eighth of the limit, or of the disk's room, when that is less)."""
+        bytes (or an eighth of the limit, or a sixteenth of the disk's room, when that is less)."""
         if not self.wal_path:
             return
         if bound is not None:
@@ -328,12 +331,13 @@ class InlineSqlite:
         try:
             wal = os.stat(self.wal_path).st_size
             disk = os.statvfs(self.wal_path)
-            # a disk with less room left than four times the WAL: checkpoint now, while the database
-            # can still grow by the WAL's new pages and the writes that go on meanwhile still fit (a
-            # checkpoint copies the pages into the database before the WAL file is cut: once the disk
-            # is full it fails, and the WAL cannot shrink again), and look again sooner
+            # a disk with less room left than ROOM_PER_WAL times the WAL: checkpoint now, while the
+            # database can still grow by the WAL's new pages and the writes that go on meanwhile still
+            # fit (a checkpoint copies the pages into the database before the WAL file is cut: once the
+            # disk is full it fails, and the WAL cannot shrink again), and look again sooner
             self.room = disk.f_bavail * disk.f_frsize
-            if wal <= self.wal_limit and 4 * wal <= self.room:
+            tight = self.ROOM_PER_WAL * wal > self.room
+            if wal <= self.wal_limit and not tight:
                 return
             # the limit follows the database (its size), up to WAL_CAP. (Twice its size made fewer
             # checkpoints, but the WAL file and the database then outgrew an 8 MiB disk that a
@@ -342,8 +346,8 @@ class InlineSqlite:
             self.wal_limit = min(max(self.WAL_LIMIT, size), max(self.WAL_CAP, self.WAL_LIMIT))
         except OSError:  # (the file is gone or unreadable: the next commit looks again)
             return
-        if wal > self.wal_limit or 4 * wal > self.room:
-            if 4 * wal > self.room:
+        if wal > self.wal_limit or tight:
+            if tight:
                 self.ckpt_urgent = True  # (the loop's writes give way to it: see _give_way)
             self._ask_checkpoint()
 
