@@ -16,15 +16,13 @@ from typing import Any, Iterator
 import pytest
 
 from mcpkit import free_port, wait_until
-from test_mcp_conformance import PACKAGES, install, node_env
+from test_mcp_conformance import PACKAGES, SERVERS, install, node_env
 from we0nb import ScriptedModel, We0Agent, text, tool_call, user_message
 from we0nb.mcp import MCPServer
 from we0nb.tools import ToolError, ToolReturn
 
 pytestmark = [pytest.mark.conformance, pytest.mark.timeout(300)]
 
-SERVERS = ("@modelcontextprotocol/server-everything@2026.8.31", "@modelcontextprotocol/server-filesystem@2026.8.31",
-           "@modelcontextprotocol/server-memory@2026.8.31")
 #: arguments that keep the calls short and offline (the rest get the schema's defaults or stubs)
 ARGS = {"trigger-long-running-operation": {"duration": 2, "steps": 4},
         "trigger-url-elicitation": {"url": "https://example.org/sign-in", "message": "Sign in"}}
