@@ -29,7 +29,7 @@ ARGS = {"trigger-long-running-operation": {"duration": 2, "steps": 4},
 
 
 def program(name: str) -> str:
-    install(PACKAGES)
+    """The path of a reference server's program (installed with Node 22 and the conformance suite, in one npm run)."""
     return str(install((*PACKAGES, *SERVERS), name))
 
 
