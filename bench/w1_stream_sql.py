@@ -77,7 +77,7 @@ def main() -> None:
           f"{args.runs} runs after a warm-up (µs per delta)")
     for name, xs in res.items():
         print(f"  {name:7s} {spread(xs, 2, 6)}   ratio to bare: {statistics.median(xs) / bare_med:6.1f}x")
-    print("  targets: memory <= 3 µs/delta, SqlPersistence <= 4 µs/delta")
+    print("  targets (shared/BENCH.md): memory <= 4x bare, SqlPersistence <= 1 µs/delta")
 
 
 if __name__ == "__main__":

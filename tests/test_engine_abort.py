@@ -326,3 +326,30 @@ async def test_a_cancel_while_the_lease_is_released_still_releases_it() -> None:
     assert "s" not in store._leases
     lease = await store.acquire_lease("s", "run_next")  # free for the next run
     await lease.release()
+
+
+class _FlagEvent(asyncio.Event):
+    """An event whose ``is_set`` also reads a flag of its own (set from elsewhere)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flag = False
+
+    def is_set(self) -> bool:
+        return self.flag or super().is_set()
+
+
+async def test_an_event_class_with_its_own_is_set_aborts_mid_delta_too():
+    # the delta path reads asyncio's own flag for a plain Event; a class that overrides
+    # ``is_set`` is asked through it, so raising its own flag stops the stream at once
+    agent, _ = agent_with([[text(["one ", "two ", "three ", "four "])]])
+    abort = _FlagEvent()
+    seen = []
+    with pytest.raises(asyncio.CancelledError):
+        async for ev in agent.stream(abort=abort, session_id=SID, messages=[user_message("hi")]):
+            if ev["type"] == "text-delta":
+                seen.append(ev["text"])
+                if len(seen) == 2:
+                    abort.flag = True
+    assert seen == ["one ", "two "]
+    assert (await agent.transcript(SID)).messages[-1].text == "one two "

@@ -38,7 +38,7 @@ from ..messages import (
 )
 from ..models.base import ReasoningDelta, TextDelta
 from ..persistence.base import Lease
-from .abort import Aborted, AbortScope
+from .abort import Aborted, AbortScope, set_flag
 from .compaction import Compactor
 from .events import Event
 from .executor import ToolExecutor
@@ -58,6 +58,9 @@ __all__ = ["Run", "RunOptions"]
 log = logging.getLogger("we0nb.engine")
 
 _NOTHING: Any = object()
+
+#: the model event that extends an open part of each type
+_DELTA_OF: dict[str, type] = {"text": TextDelta, "reasoning": ReasoningDelta}
 
 
 def _same(m: Any) -> Any:
@@ -124,7 +127,8 @@ class Run:
         :class:`~we0nb.engine.processor.ModelStream`): a delta crosses nothing else. That is why
         this function is long — the delta path must not pass through another generator."""
         state = await self._begin()
-        writer, scope, aborted, obs = state.writer, state.scope, self.req.abort.is_set, state.observer
+        writer, scope, obs = state.writer, state.scope, state.observer
+        aborted = set_flag(self.req.abort)  # (``aborted._value``: the event's own flag, no call)
         lease = writer.lease
         ended: Optional[BaseException] = None
         try:
@@ -138,7 +142,7 @@ class Run:
                     handed = ev
                     proc, read, task = handed.processor, handed.it.__anext__, scope.task
                     chunks, joiner = writer.chunks, proc.joiner
-                    open_kind: Optional[str] = None
+                    open_cls: Optional[type] = None  # (the delta class of the open part)
                     part_id, first = "", _NOTHING
                     try:
                         if handed.prelude is not None:  # (a pipelined step's start, once the model answered)
@@ -149,7 +153,7 @@ class Run:
                                 yield out
                         while True:
                             if first is _NOTHING:
-                                if aborted():
+                                if aborted._value:
                                     raise Aborted
                                 scope.blocked = task
                                 try:
@@ -161,28 +165,25 @@ class Run:
                             else:
                                 m, first = first, _NOTHING
                             cls = type(m)
-                            if cls is TextDelta:
-                                kind = "text"
-                            elif cls is ReasoningDelta:
-                                kind = "reasoning"
-                            else:
-                                for out in await proc.handle(m):
-                                    if obs is not None:
-                                        obs.event(out)
-                                    yield out
-                                open_kind = writer.open.type if writer.open is not None else None
-                                continue
-                            if kind is not open_kind:
-                                for out in await proc.open_part(kind):
-                                    if obs is not None:
-                                        obs.event(out)
-                                    yield out
-                                open_kind, part_id = kind, writer.open.id  # type: ignore[union-attr]
+                            if cls is not open_cls:  # (not a delta of the open part: rarely)
+                                if cls is TextDelta or cls is ReasoningDelta:
+                                    for out in await proc.open_part("text" if cls is TextDelta else "reasoning"):
+                                        if obs is not None:
+                                            obs.event(out)
+                                        yield out
+                                    open_cls, part_id = cls, writer.open.id  # type: ignore[union-attr]
+                                else:
+                                    for out in await proc.handle(m):
+                                        if obs is not None:
+                                            obs.event(out)
+                                        yield out
+                                    open_cls = None if writer.open is None else _DELTA_OF[writer.open.type]
+                                    continue
                             text = m.text
                             if not text.isascii():
                                 text = joiner.feed(text)
                             chunks.append(text)
-                            if kind == "text":
+                            if cls is TextDelta:
                                 yield {"type": "text-delta", "text": text, "part_id": part_id}
                             else:
                                 yield {"type": "reasoning-delta", "text": text, "part_id": part_id}

@@ -134,13 +134,17 @@ class ModelRequest:
 # --------------------------------------------------------------------------- events
 
 
-@dataclass
+@dataclass(slots=True)
 class TextDelta:
+    """A piece of the reply's text (slotted: made once per delta, thousands per second)."""
+
     text: str
 
 
-@dataclass
+@dataclass(slots=True)
 class ReasoningDelta:
+    """A piece of the reasoning's text (slotted, as :class:`TextDelta`)."""
+
     text: str
 
 
