@@ -357,6 +357,42 @@ async def test_lease_is_renewed_while_the_run_goes_on(sql: Backend) -> None:
     assert sql.raw(f"SELECT count(*) FROM we0_leases WHERE session_id = '{sid}'")[0][0] == 0
 
 
+async def test_a_commit_renews_the_lease_once_it_is_due_and_the_heartbeat_always(sql: Backend) -> None:
+    """A commit's guard keeps the lease: on SQLite it renews the row only once the lease expires
+    within ``lease_ttl - lease_renew`` seconds (a fresh one is left as it was, so the commit writes
+    no page for it); PostgreSQL renews it with every commit. The heartbeat renews it in full."""
+    p = sql.fresh()
+    p.lease_ttl, p.lease_renew = 600.0, 500.0  # no tick of the heartbeat itself during the test
+    assert sql.raw is not None
+    sid = new_id("ses")
+    lease = await p.acquire_lease(sid, "run_guard")
+
+    def expires() -> float:
+        return sql.raw(f"SELECT expires FROM we0_leases WHERE session_id = '{sid}'")[0][0]  # type: ignore[misc]
+
+    def user(i: int) -> UserMessage:
+        return UserMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=10.0 + i))
+
+    first = expires()
+    await asyncio.sleep(0.05)
+    await p.commit([(user(0), (), None)], lease=lease)
+    if sql.name.startswith("sqlite"):
+        assert expires() == first  # fresh: 600 s left, more than 600 - 500
+    else:
+        assert expires() > first
+    due = time.time() + 50.0  # less than lease_ttl - lease_renew left: the next commit renews it
+    sql.raw(f"UPDATE we0_leases SET expires = {due} WHERE session_id = '{sid}'")
+    await p.commit([(user(1), (), None)], lease=lease)
+    assert expires() > time.time() + 500.0
+    sql.raw(f"UPDATE we0_leases SET expires = {due} WHERE session_id = '{sid}'")
+    held = p._leases.heartbeats[asyncio.get_running_loop()].leases
+    assert await p._leases.renew(lease, held) is True
+    assert expires() > time.time() + 500.0
+    assert sql.raw(f"SELECT count(*) FROM we0_messages WHERE session_id = '{sid}'")[0][0] == 2
+    assert not lease.lost
+    await lease.release()
+
+
 async def test_the_leases_of_one_store_share_one_heartbeat_task(sql: Backend) -> None:
     """A batch holds a hundred leases at once: one task renews them all, and it stops with the last."""
     p = sql.fresh()

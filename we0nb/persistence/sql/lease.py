@@ -74,10 +74,14 @@ class SqlLeases:
         self.heartbeats: dict[asyncio.AbstractEventLoop, _Heartbeat] = {}  # loop → its leases' heartbeat
 
     def guard(self, lease: Lease) -> Guard:
-        """The statement that renews ``lease`` — and changes no row once another run holds it:
-        the guard of the run's commits (:func:`~.driver.held`)."""
-        return (q.LEASE_RENEW, {"sid": lease.session_id, "holder": lease.owner, "expires": time.time() + self.ttl,
-                                "ttl": self.ttl})
+        """The statement that keeps ``lease`` (renewing it once due, see
+        :func:`~.statements._guard_expiry`) — and changes no row once another run holds it: the
+        guard of the run's commits (:func:`~.driver.held`)."""
+        return (q.LEASE_GUARD, self._renewal(lease))
+
+    def _renewal(self, lease: Lease) -> Params:
+        return {"sid": lease.session_id, "holder": lease.owner, "expires": time.time() + self.ttl,
+                "ttl": self.ttl, "fresh": self.renew_every}
 
     async def holder(self, session_id: str) -> Optional[str]:
         """Who holds the session's lease now (None: nobody)."""
@@ -166,10 +170,10 @@ class SqlLeases:
         return lease
 
     async def renew(self, lease: Lease, held_now: dict[tuple[str, str], Lease]) -> bool:
-        """Renew one lease; False when another run holds it now (the lease is then marked lost)."""
-        stmt, params = self.guard(lease)
+        """Renew one lease (in full, whatever its commits' guards did); False when another run
+        holds it now (the lease is then marked lost)."""
         try:
-            n = await self.db.execute(stmt, params)
+            n = await self.db.execute(q.LEASE_RENEW, self._renewal(lease))
             if n == 0:
                 taken_by = await self.holder(lease.session_id)
         except PersistenceError as e:  # a busy or unreachable database: try again at the next tick

@@ -91,7 +91,7 @@ class GroupCommit:
     @staticmethod
     def takes(ops: Sequence[Op], guard: Optional[Guard]) -> bool:
         """Can this commit go in a group (a lease renewal as its guard, then parts and messages)?"""
-        return guard is not None and guard[0] is q.LEASE_RENEW and all(k in _TABLES for k, _ in ops)
+        return guard is not None and guard[0] is q.LEASE_GUARD and all(k in _TABLES for k, _ in ops)
 
     async def commit(self, ops: Sequence[Op], guard: Guard) -> bool:
         return await self._queued(_Commit(ops, guard, asyncio.get_running_loop().create_future()))

@@ -66,6 +66,7 @@ LEASE_INSERT = Stmt("lease_insert")
 LEASE_GET = Stmt("lease_get")
 LEASE_TAKE = Stmt("lease_take")
 LEASE_RENEW = Stmt("lease_renew")
+LEASE_GUARD = Stmt("lease_guard")
 LEASE_RELEASE = Stmt("lease_release")
 # the schema
 VERSION_GET = Stmt("version_get")
@@ -156,6 +157,19 @@ def _expiry(dialect: str) -> Any:
     return db_now(dialect) + bindparam("ttl", type_=Float) if dialect == "postgresql" else bindparam("expires")
 
 
+def _guard_expiry(L: Any, dialect: str) -> Any:
+    """The expiry a commit's guard writes (:data:`LEASE_GUARD`: it changes the lease's row, one,
+    while its owner holds it). On SQLite the row is renewed only once it expires within ``ttl -
+    fresh`` seconds (``fresh``: the heartbeat's period), else set to itself — and SQLite writes
+    no page for an update that leaves a row as it was: most commits then write one WAL frame
+    fewer, while a run that commits keeps at least ``ttl - fresh`` seconds of lease, and the
+    heartbeat renews it in full. PostgreSQL writes a new row version either way: a renewal."""
+    if dialect == "postgresql":
+        return _expiry(dialect)
+    return case((L.c.expires < bindparam("expires") - bindparam("fresh", type_=Float), bindparam("expires")),
+                else_=L.c.expires)
+
+
 def _lease_statements(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Optional[list[str]]]]:
     """The session lease's statements (:mod:`.lease`); their expiries by :func:`_expiry`."""
     L = S.leases
@@ -172,6 +186,7 @@ def _lease_statements(insert: Any, dialect: str) -> dict[Stmt, tuple[Any, Option
                                      L.c.expires == bindparam("old_expires"))
                      .values(expires=_expiry(dialect), **new), None),
         LEASE_RENEW: (update(L).where(lease_is_ours).values(expires=_expiry(dialect)), None),
+        LEASE_GUARD: (update(L).where(lease_is_ours).values(expires=_guard_expiry(L, dialect)), None),
         LEASE_RELEASE: (delete(L).where(lease_is_ours), None),
     }
 
