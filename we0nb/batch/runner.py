@@ -29,6 +29,7 @@ from .._ids import new_id, now
 from ..persistence.base import lease_owner
 from ..persistence.batches import BatchItem, BatchQueue, batch_queue
 from .ahead import Ahead, ahead_size
+from .heap import frozen_heap
 from .item import ItemOutcome, Ready, released, run_item
 
 __all__ = ["Worker", "LIVE_WORKERS"]
@@ -81,8 +82,9 @@ class Worker:
         stop_wait = asyncio.ensure_future(self.stop.wait())
         stop_wait.add_done_callback(lambda _: self.wake.set())
         try:
-            await self.store.free_dead_claims(self.name, list(LIVE_WORKERS))
-            await self._loop(stop_wait)
+            with frozen_heap():  # (its collections skip the objects of before: see .heap)
+                await self.store.free_dead_claims(self.name, list(LIVE_WORKERS))
+                await self._loop(stop_wait)
         finally:
             heartbeat.cancel()
             if not stop_wait.done():

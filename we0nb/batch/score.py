@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 from .._ids import now
 from ..messages import ToolPart
 from ..persistence.scores import ScoreRecord, score_store
+from .heap import frozen_heap
 from .prompts import prompt_text
 
 __all__ = ["Score", "Case", "Scorer", "scorer", "ScoreResult", "ScoreError", "score_batch", "SCORED", "scores_frame",
@@ -277,7 +278,8 @@ async def _score(todo: list[tuple[Any, Scorer]], values: list[Any], context: Sco
 
     tasks: list["asyncio.Future[None]"] = [asyncio.ensure_future(one(it, s)) for it, s in todo]
     try:
-        await _all(tasks)
+        with frozen_heap():  # (its collections skip the objects of before: see .heap)
+            await _all(tasks)
     finally:
         if bar is not None:
             bar.close()

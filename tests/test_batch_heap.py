@@ -1,0 +1,104 @@
+"""A batch's garbage collections leave out the objects of before (we0nb.batch.heap)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+from typing import Any
+
+from we0nb import FunctionModel, MemoryPersistence, Score, We0Agent, text, tool, tool_call
+from we0nb.batch.heap import frozen_heap
+from we0nb.models.base import ToolResult
+
+
+def looking_agent(seen: list[int]) -> We0Agent:
+    """Each item calls ``look`` once, which records how many objects are frozen at that moment."""
+
+    @tool(side_effects=False)
+    def look() -> str:
+        """Read-only."""
+        seen.append(gc.get_freeze_count())
+        return "ok"
+
+    def reply(request: Any) -> list:
+        if any(isinstance(m, ToolResult) for m in request.messages):
+            return [text("done")]
+        return [tool_call("look", {})]
+
+    return We0Agent(FunctionModel(reply), tools=[look], persistence=MemoryPersistence())
+
+
+async def test_a_batch_freezes_the_objects_of_before_and_gives_them_back_at_its_end() -> None:
+    seen: list[int] = []
+    agent = looking_agent(seen)
+    assert gc.get_freeze_count() == 0
+    result = await agent.batch([f"p{i}" for i in range(6)], concurrency=3, progress=False)
+    assert len(result.items) == 6 and len(seen) == 6
+    assert min(seen) > 1000  # the modules, schemas and the test's own objects, frozen while it ran
+    assert gc.get_freeze_count() == 0  # and given back
+
+
+async def test_scoring_freezes_them_too() -> None:
+    seen: list[int] = []
+    agent = looking_agent([])
+    batch = await agent.batch(["a", "b"], concurrency=2, progress=False)
+
+    def counted(case: Any) -> Score:
+        seen.append(gc.get_freeze_count())
+        return Score(1.0)
+
+    await batch.score([counted], progress=False)
+    assert len(seen) == 2 and min(seen) > 1000
+    assert gc.get_freeze_count() == 0
+
+
+async def test_concurrent_batches_share_one_freeze_given_back_by_the_last() -> None:
+    first_seen: list[int] = []
+    second_seen: list[int] = []
+    a, b = looking_agent(first_seen), looking_agent(second_seen)
+    await asyncio.gather(a.batch([f"a{i}" for i in range(4)], concurrency=2, progress=False),
+                         b.batch([f"b{i}" for i in range(4)], concurrency=2, progress=False))
+    assert len(first_seen) == len(second_seen) == 4
+    assert min(first_seen + second_seen) > 1000
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_objects_itself_or_turned_the_collector_off_is_left_alone() -> None:
+    gc.freeze()
+    try:
+        mine = gc.get_freeze_count()
+        with frozen_heap():
+            assert gc.get_freeze_count() == mine
+        assert gc.get_freeze_count() == mine  # not given back by us: they are the process's
+    finally:
+        gc.unfreeze()
+    gc.disable()
+    try:
+        with frozen_heap():
+            assert gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+
+
+def test_nested_and_threaded_uses_unfreeze_once_at_the_last_end() -> None:
+    inside: list[int] = []
+    entered, leave = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with frozen_heap():
+            entered.set()
+            leave.wait(5)
+            inside.append(gc.get_freeze_count())
+
+    t = threading.Thread(target=other)
+    with frozen_heap():
+        t.start()
+        assert entered.wait(5)
+        with frozen_heap():
+            assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() > 0  # the thread's use is still open
+    leave.set()
+    t.join(5)
+    assert inside and inside[0] > 0
+    assert gc.get_freeze_count() == 0
