@@ -102,3 +102,21 @@ def test_nested_and_threaded_uses_unfreeze_once_at_the_last_end() -> None:
     t.join(5)
     assert inside and inside[0] > 0
     assert gc.get_freeze_count() == 0
+
+
+def test_a_child_forked_during_a_batch_gets_its_objects_back() -> None:
+    import os
+
+    with frozen_heap():
+        assert gc.get_freeze_count() > 0
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: nothing of the parent's batch runs here
+            os.write(w, str(gc.get_freeze_count()).encode())
+            os._exit(0)
+        os.close(w)
+        got = os.read(r, 64).decode()
+        os.close(r)
+        os.waitpid(pid, 0)
+    assert got == "0"
+    assert gc.get_freeze_count() == 0

@@ -9,13 +9,14 @@ schemas, the notebook's own data — while every item of the batch waits: in mem
 collector's permanent generation (:func:`gc.freeze`) and back when the last one ends
 (:func:`gc.unfreeze`): what the batch creates is collected as usual, and garbage that the
 older objects become meanwhile is collected after it. A process that froze objects itself,
-or turned the collector off, is left as it is.
+or turned the collector off, is left as it is; a child forked meanwhile gets its objects back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 from typing import Iterator
 
@@ -24,6 +25,20 @@ __all__ = ["frozen_heap"]
 _lock = threading.Lock()
 _depth = 0  # batches running now, in every thread
 _ours = False  # whether the objects frozen now were frozen here
+
+
+def _forked() -> None:
+    """In a child forked while a batch ran (by a tool, say): that batch is not running here."""
+    global _depth, _ours, _lock
+    _lock = threading.Lock()
+    _depth = 0
+    if _ours:
+        _ours = False
+        gc.unfreeze()
+
+
+if hasattr(os, "register_at_fork"):  # (POSIX)
+    os.register_at_fork(after_in_child=_forked)
 
 
 @contextlib.contextmanager
