@@ -16,6 +16,19 @@ def agent_with(steps, tools=(), delay=0.0, **kw):
     return We0Agent(model, tools=list(tools), persistence=MemoryPersistence(), **kw), model
 
 
+async def deltas_until_stopped(agent, abort, stop, after: int = 2) -> list[str]:
+    """Stream a run on ``abort``, calling ``stop()`` once ``after`` text deltas are in: the deltas
+    it yielded (the run must end cancelled)."""
+    seen: list[str] = []
+    with pytest.raises(asyncio.CancelledError):
+        async for ev in agent.stream(abort=abort, session_id=SID, messages=[user_message("hi")]):
+            if ev["type"] == "text-delta":
+                seen.append(ev["text"])
+                if len(seen) == after:
+                    stop()
+    return seen
+
+
 async def test_abort_before_start_writes_nothing():
     agent, model = agent_with([[text("never")]])
     abort = asyncio.Event()
@@ -34,13 +47,7 @@ async def test_abort_before_start_writes_nothing():
 async def test_abort_mid_delta_keeps_partial_text_and_leaves_message_unfinished():
     agent, model = agent_with([[text(["one ", "two ", "three ", "four "])], [text("resumed")]])
     abort = asyncio.Event()
-    seen = []
-    with pytest.raises(asyncio.CancelledError):
-        async for ev in agent.stream(abort=abort, session_id=SID, messages=[user_message("hi")]):
-            if ev["type"] == "text-delta":
-                seen.append(ev["text"])
-                if len(seen) == 2:
-                    abort.set()
+    assert await deltas_until_stopped(agent, abort, abort.set) == ["one ", "two "]
     t = await agent.transcript(SID)
     a = t.messages[-1]
     assert a.info.role == "assistant" and a.info.time.completed is None and a.info.error is None
@@ -344,12 +351,9 @@ async def test_an_event_class_with_its_own_is_set_aborts_mid_delta_too():
     # ``is_set`` is asked through it, so raising its own flag stops the stream at once
     agent, _ = agent_with([[text(["one ", "two ", "three ", "four "])]])
     abort = _FlagEvent()
-    seen = []
-    with pytest.raises(asyncio.CancelledError):
-        async for ev in agent.stream(abort=abort, session_id=SID, messages=[user_message("hi")]):
-            if ev["type"] == "text-delta":
-                seen.append(ev["text"])
-                if len(seen) == 2:
-                    abort.flag = True
-    assert seen == ["one ", "two "]
+
+    def raise_flag() -> None:
+        abort.flag = True
+
+    assert await deltas_until_stopped(agent, abort, raise_flag) == ["one ", "two "]
     assert (await agent.transcript(SID)).messages[-1].text == "one two "
