@@ -87,6 +87,30 @@ async def test_concurrent_commits_go_together_and_each_gets_its_own_outcome(lite
     assert renewed == [(29,)]
 
 
+async def test_a_group_keeps_each_commits_order_of_parts_and_messages(lite: Backend, group_sizes: list) -> None:
+    """A group is written one statement at a time (every commit's parts, then every message) only
+    when no commit writes a part of a message it wrote before: such a part drops the message's
+    stored view (a trigger), and the commit keeps its order, as alone."""
+    p = lite.fresh()
+    sids, leases = await _leases(p, 4)
+    commits = []
+    for i, sid in enumerate(sids):
+        u, t = user_write(sid, f"body {i}")
+        if i % 2:  # the message (with a view) first, then its part: the part drops the view
+            commits.append([(u, [], f"view {i}"), (None, [t], None)])
+        else:  # the part, then the message with its view: the view stays
+            commits.append([(u, [t], f"view {i}")])
+    outcomes = await asyncio.gather(*(p.commit(c, lease=lease, session=_session(sid))
+                                      for c, lease, sid in zip(commits, leases, sids)))
+    assert outcomes == [None] * 4 and group_sizes == [4]
+    assert lite.raw is not None
+    views = dict(lite.raw("SELECT session_id, model_view FROM we0_messages"))
+    assert [views[sid] for sid in sids] == ["view 0", None, "view 2", None]
+    reader = lite.fresh()
+    for i, sid in enumerate(sids):
+        assert await _texts(reader, sid) == [f"body {i}"]
+
+
 async def test_a_commit_that_fails_fails_alone_and_the_others_are_written(lite: Backend, group_sizes: list) -> None:
     p = lite.fresh()
     sids, leases = await _leases(p, 8)

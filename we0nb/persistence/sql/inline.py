@@ -231,24 +231,10 @@ class InlineSqlite:
     def _together(self, conn: sqlite3.Connection, commits: Sequence[Commit]) -> list[bool]:
         """Each commit's guard, then its ops when the guard held; one transaction."""
         self._give_way()
-        out = []
-        pages, text = 0, 0
         conn.execute("BEGIN IMMEDIATE")  # (as _writing does, inline: this is every commit's path)
         try:
-            for ops, guard in commits:
-                ok = guard is None or held(conn.execute(_SQL[guard[0]], guard[1]).rowcount)
-                pages += _GUARD_PAGES
-                if ok:
-                    for stmt, params in ops:
-                        if isinstance(params, list):
-                            conn.executemany(_SQL[stmt], params)
-                            p, t = _bound(params)
-                        else:
-                            conn.execute(_SQL[stmt], params)
-                            p, t = _bound((params,))
-                        pages += p
-                        text += t
-                out.append(ok)
+            done = _merged(conn, commits) if len(commits) > 1 and _mergeable(commits) else None
+            out, pages, text = done if done is not None else _each(conn, commits)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -396,6 +382,78 @@ _GUARD_PAGES = 2
 #: WAL pages one written row may touch besides its text: its table's leaf and each index's, and
 #: a split of each (far more than a row of the engine's writes touches: they share pages)
 _ROW_PAGES = 8
+
+
+#: the statements a group of commits writes as one ``executemany`` each, in this order: what a
+#: run's commit holds (:func:`~.store._write_ops`), the parts before the messages, as
+#: PostgreSQL's group commit writes them
+_MERGED: tuple[Stmt, ...] = (q.UPSERT_SESSION, q.UPSERT_PART, q.UPSERT_MESSAGE)
+
+
+def _each(conn: sqlite3.Connection, commits: Sequence[Commit]) -> tuple[list[bool], int, int]:
+    """Each commit's guard, then its ops when it held: ``(held per commit, WAL pages, text bytes)``."""
+    out = []
+    pages, text = 0, 0
+    for ops, guard in commits:
+        ok = guard is None or held(conn.execute(_SQL[guard[0]], guard[1]).rowcount)
+        pages += _GUARD_PAGES
+        if ok:
+            for stmt, params in ops:
+                if isinstance(params, list):
+                    conn.executemany(_SQL[stmt], params)
+                    p, t = _bound(params)
+                else:
+                    conn.execute(_SQL[stmt], params)
+                    p, t = _bound((params,))
+                pages += p
+                text += t
+        out.append(ok)
+    return out, pages, text
+
+
+def _mergeable(commits: Sequence[Commit]) -> bool:
+    """Whether a group's rows can be written statement by statement, every part before every
+    message (:data:`_MERGED`): its ops are of those statements only, and no commit writes a part
+    of a message it wrote before (that part drops the message's stored view, a trigger: written
+    first, it would leave the view). Different runs write different sessions' rows."""
+    for ops, _ in commits:
+        messages: set[str] = set()  # the messages this commit has written so far
+        for stmt, params in ops:
+            rows = params if isinstance(params, list) else (params,)
+            if stmt is q.UPSERT_MESSAGE:
+                messages.update(r["id"] for r in rows)
+            elif stmt is q.UPSERT_PART:
+                if messages and any(r["message_id"] in messages for r in rows):
+                    return False
+            elif stmt is not q.UPSERT_SESSION:
+                return False
+    return True
+
+
+def _merged(conn: sqlite3.Connection, commits: Sequence[Commit]) -> Optional[tuple[list[bool], int, int]]:
+    """A group written as one ``executemany`` per statement — the leases' guards, then each of
+    :data:`_MERGED` — instead of several per commit: ``(held per commit, WAL pages, text bytes)``.
+    None when a lease's guard did not hold, before anything else ran: :func:`_each` then tells
+    which (renewing a lease twice changes nothing). Other guards (a lease's insert, a batch
+    item's end) run one by one, in order; they touch other tables than the rows merged."""
+    renew = [guard[1] for _, guard in commits if guard is not None and guard[0] is q.LEASE_GUARD]
+    if renew and conn.executemany(_SQL[q.LEASE_GUARD], renew).rowcount != len(renew):
+        return None
+    out = [guard is None or guard[0] is q.LEASE_GUARD or held(conn.execute(_SQL[guard[0]], guard[1]).rowcount)
+           for _, guard in commits]
+    rows: dict[Stmt, list[Params]] = {stmt: [] for stmt in _MERGED}
+    for (ops, _), ok in zip(commits, out):
+        if ok:
+            for stmt, params in ops:
+                rows[stmt].extend(params if isinstance(params, list) else (params,))
+    pages, text = _GUARD_PAGES * len(commits), 0
+    for stmt, params in rows.items():
+        if params:
+            conn.executemany(_SQL[stmt], params)
+            p, t = _bound(params)
+            pages += p
+            text += t
+    return out, pages, text
 
 
 def _bound(rows: Sequence[Params]) -> tuple[int, int]:

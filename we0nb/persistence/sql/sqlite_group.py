@@ -9,8 +9,9 @@ write lock and commits once.
 
 How: :meth:`SqliteGroup.commit` queues the commit and waits; the queue is written at the
 loop's next pass (a callback), in one ``BEGIN IMMEDIATE … COMMIT``: for each commit its guard
-(the lease renewal) and, when that changed its row, its rows. A commit whose guard changed
-nothing writes nothing (its lease was lost), exactly as alone. Only runs that are not alone
+(the lease renewal) and, when that changed its row, its rows — as one ``executemany`` per
+statement for the whole group when its rows allow it (:func:`~.inline._mergeable`). A commit
+whose guard changed nothing writes nothing (its lease was lost), exactly as alone. Only runs that are not alone
 wait for a pass: :meth:`~.inline.InlineSqlite.commit` sends a commit here when it is *crowded*
 (other runs of this loop hold leases on the store), else writes it at once.
 
