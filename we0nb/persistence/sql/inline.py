@@ -399,16 +399,25 @@ def _each(conn: sqlite3.Connection, commits: Sequence[Commit]) -> tuple[list[boo
         pages += _GUARD_PAGES
         if ok:
             for stmt, params in ops:
-                if isinstance(params, list):
-                    conn.executemany(_SQL[stmt], params)
-                    p, t = _bound(params)
-                else:
-                    conn.execute(_SQL[stmt], params)
-                    p, t = _bound((params,))
+                p, t = _write_rows(conn, stmt, _as_rows(params))
                 pages += p
                 text += t
         out.append(ok)
     return out, pages, text
+
+
+def _as_rows(params: Any) -> Sequence[Params]:
+    """An op's rows: its list of rows, or its one row."""
+    return params if isinstance(params, list) else (params,)
+
+
+def _write_rows(conn: sqlite3.Connection, stmt: Stmt, rows: Sequence[Params]) -> tuple[int, int]:
+    """``rows`` of ``stmt`` (one ``execute`` for one row); what they may add to the WAL (:func:`_bound`)."""
+    if len(rows) == 1:
+        conn.execute(_SQL[stmt], rows[0])
+    else:
+        conn.executemany(_SQL[stmt], rows)
+    return _bound(rows)
 
 
 def _mergeable(commits: Sequence[Commit]) -> bool:
@@ -419,7 +428,7 @@ def _mergeable(commits: Sequence[Commit]) -> bool:
     for ops, _ in commits:
         messages: set[str] = set()  # the messages this commit has written so far
         for stmt, params in ops:
-            rows = params if isinstance(params, list) else (params,)
+            rows = _as_rows(params)
             if stmt is q.UPSERT_MESSAGE:
                 messages.update(r["id"] for r in rows)
             elif stmt is q.UPSERT_PART:
@@ -445,12 +454,11 @@ def _merged(conn: sqlite3.Connection, commits: Sequence[Commit]) -> Optional[tup
     for (ops, _), ok in zip(commits, out):
         if ok:
             for stmt, params in ops:
-                rows[stmt].extend(params if isinstance(params, list) else (params,))
+                rows[stmt].extend(_as_rows(params))
     pages, text = _GUARD_PAGES * len(commits), 0
     for stmt, params in rows.items():
         if params:
-            conn.executemany(_SQL[stmt], params)
-            p, t = _bound(params)
+            p, t = _write_rows(conn, stmt, params)
             pages += p
             text += t
     return out, pages, text

@@ -11,8 +11,8 @@ How: :meth:`SqliteGroup.commit` queues the commit and waits; the queue is writte
 loop's next pass (a callback), in one ``BEGIN IMMEDIATE … COMMIT``: for each commit its guard
 (the lease renewal) and, when that changed its row, its rows — as one ``executemany`` per
 statement for the whole group when its rows allow it (:func:`~.inline._mergeable`). A commit
-whose guard changed nothing writes nothing (its lease was lost), exactly as alone. Only runs that are not alone
-wait for a pass: :meth:`~.inline.InlineSqlite.commit` sends a commit here when it is *crowded*
+whose guard changed nothing writes nothing (its lease was lost), exactly as alone. Only runs
+that are not alone wait for a pass: :meth:`~.inline.InlineSqlite.commit` sends a commit here when it is *crowded*
 (other runs of this loop hold leases on the store), else writes it at once.
 
 A group that fails on an error writes nothing, and each of its commits is then tried alone,
