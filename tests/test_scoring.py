@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pandas as pd
 import pytest
@@ -174,6 +175,15 @@ def test_judge_verdicts_are_sessions_and_resume_after_an_abort(store):
     assert df["judge_session_id"].str.startswith("judge_").all()
 
 
+def test_judge_sessions_are_one_per_item_and_follow_item_order():
+    # (a scoring's verdicts side by side in every index keyed by session: see judge_session_id)
+    ids = [judge_session_id("b", i, "judge") for i in range(1200)]
+    assert len(set(ids)) == 1200 and ids == sorted(ids)
+    assert ids[7] == judge_session_id("b", 7, "judge")  # the same on every call: a verdict resumes
+    others = {judge_session_id("b", 7, "other"), judge_session_id("c", 7, "judge"), judge_session_id("b\x00", 7, "")}
+    assert ids[7] not in others and len(others) == 3
+
+
 def test_a_raising_scorer_records_nothing_for_that_item_and_is_retried(store):
     flaky_on = {1}
 
@@ -194,7 +204,7 @@ def test_a_raising_scorer_records_nothing_for_that_item_and_is_retried(store):
     run(go())
 
 
-def test_bad_input_is_one_line_and_writes_nothing(store):
+def test_bad_input_is_one_line_and_writes_nothing(store, caplog):
     async def go():
         batch = await solver(store).batch(PROMPTS[:3], name="b_bad", progress=False)
         with pytest.raises(ValueError, match="2 values were given for a batch of 3 items"):
@@ -205,6 +215,8 @@ def test_bad_input_is_one_line_and_writes_nothing(store):
 
         with pytest.raises(TypeError, match="scorer 'wordy' returned str .*return a bool, a float or a Score"):
             await batch.score([exact, wordy], expected=EXPECTED[:3], progress=False)
+        gc.collect()  # (several scorings failed at once: every failure was read, none logged as never retrieved)
+        assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
         assert scores_df(store, batch="b_bad").empty
         with pytest.raises(ValueError, match="No batch named 'nope'"):
             scores_df(store, batch="nope")

@@ -38,9 +38,13 @@ _SYSTEM = ("You are a strict evaluator. Judge the ANSWER to the PROMPT against t
 
 
 def judge_session_id(batch: str, item: int, name: str) -> str:
-    """The session of a judge's verdict on one item (the same on every call: a verdict resumes)."""
-    digest = hashlib.sha256(f"{batch}\x00{item}\x00{name}".encode("utf-8", "surrogatepass")).hexdigest()
-    return f"judge_{digest[:32]}"
+    """The session of a judge's verdict on one item (the same on every call: a verdict resumes).
+
+    A scoring's verdicts share a prefix (the batch and the judge) and follow item order, so their
+    rows land side by side in every index keyed by session; ids hashed per item scattered them, and
+    a SQLite scoring wrote 2.2x the WAL bytes per verdict (57.6 KB against 25.6 KB, W12)."""
+    digest = hashlib.sha256(f"{batch}\x00{name}".encode("utf-8", "surrogatepass")).hexdigest()
+    return f"judge_{digest[:32]}_{item:09d}"
 
 
 def _question(case: Case) -> str:

@@ -300,9 +300,10 @@ async def _all(tasks: list["asyncio.Future[None]"]) -> None:
         t.cancel()
     if pending:
         await asyncio.gather(*pending, return_exceptions=True)
-    for t in done:
-        if not t.cancelled() and t.exception() is not None:
-            raise t.exception()  # type: ignore[misc]
+    failed = [t.exception() for t in tasks if t in done and not t.cancelled()]  # (each one read: none logged)
+    first = next((e for e in failed if e is not None), None)
+    if first is not None:
+        raise first
 
 
 async def _case(store: Any, it: Any, expected: Any, *, read: bool = True) -> Case:
