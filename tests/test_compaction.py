@@ -7,13 +7,14 @@ import asyncio
 import pytest
 
 from we0nb import (
-    CompactionPart, FunctionModel, MemoryPersistence, ModelError, ScriptedModel, We0Agent, fail, text, tool,
-    tool_call, usage, user_message,
+    CompactionPart, FunctionModel, MemoryPersistence, ModelError, ScriptedModel, We0Agent, text, tool, tool_call,
+    user_message,
 )
 from we0nb.engine.compaction import DEFAULT_COMPACTION_PROMPT, TAIL_NOTE, shrink
 from we0nb.engine.history import SUMMARY_PREFIX
 from we0nb.errors import CompactionError, ContextWindowExceeded
 from we0nb.models.base import AssistantTurn, ToolCall, ToolResult, UserTurn
+from we0nb.testing import fail, usage
 
 SID = "ses_c"
 

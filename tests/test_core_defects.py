@@ -12,11 +12,12 @@ import pytest
 
 import we0nb._ids as ids_module
 from we0nb import (
-    FunctionModel, LeaseLostError, MemoryPersistence, ModelError, ModelProviderError, PersistenceError, ScriptedModel,
-    SessionBusyError, We0Agent, fail, text, tool, tool_call, usage, user_message,
+    FunctionModel, LeaseLostError, MemoryPersistence, ModelError, ModelProviderError, PersistenceError,
+    ScriptedModel, SessionBusyError, We0Agent, text, tool, tool_call, user_message,
 )
 from we0nb._ids import IdSequence, new_id
 from we0nb.models.base import Model, ModelRequest, TextDelta
+from we0nb.testing import fail, usage
 
 
 def agent_with(steps, tools=(), persistence=None, **kw) -> We0Agent:

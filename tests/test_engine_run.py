@@ -10,9 +10,10 @@ from pydantic import BaseModel
 
 from we0nb import (
     FunctionModel, MaxStepsExceeded, MemoryPersistence, ModelError, OutputValidationError, ScriptedModel,
-    SessionBusyError, We0Agent, fail, output, reasoning, text, tool, tool_call, usage, user_message,
+    SessionBusyError, We0Agent, output, text, tool, tool_call, user_message,
 )
 from we0nb.engine.events import EVENT_TYPES
+from we0nb.testing import fail, reasoning, usage
 
 from enginekit import Log, assert_paired, make_tools
 

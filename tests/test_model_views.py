@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 
 from sql_support import backend_for, put, sqlite_raw
 from we0nb import (
-    MemoryPersistence, ScriptedModel, SqlPersistence, TextPart, We0Agent, reasoning, text, tool, tool_call, usage,
-    user_message,
+    MemoryPersistence, ScriptedModel, SqlPersistence, TextPart, We0Agent, text, tool, tool_call, user_message,
 )
 from we0nb.errors import We0Error
 from we0nb.engine.history import HistoryCache, convert, to_model_messages
@@ -29,6 +28,7 @@ from we0nb.models.base import AssistantTurn, ReasoningBlock, ToolCall, ToolResul
 from we0nb.models.view import dump_view, load_views
 from we0nb.persistence.sql import tables as S
 from we0nb.persistence.base import recent_start
+from we0nb.testing import reasoning, usage
 
 
 # --------------------------------------------------------------------------- the codec and the rule

@@ -9,13 +9,13 @@ from enginekit import hanging_read
 from we0nb import (
     ScriptedModel,
     We0Agent,
-    reasoning,
     text,
     tool,
     tool_call,
     user_message,
 )
 from we0nb.notebook.html import esc, render_html, render_text
+from we0nb.testing import reasoning
 
 XSS = '<img src=x onerror="window.__pwned=1">'
 
