@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import warnings
 from typing import Any
 
 from we0nb import FunctionModel, MemoryPersistence, Score, We0Agent, text, tool, tool_call
@@ -110,7 +111,9 @@ def test_a_child_forked_during_a_batch_gets_its_objects_back() -> None:
     with frozen_heap():
         assert gc.get_freeze_count() > 0
         r, w = os.pipe()
-        pid = os.fork()
+        with warnings.catch_warnings():  # (3.12+ warns of fork in a threaded process: this child takes no lock)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
         if pid == 0:  # the child: nothing of the parent's batch runs here
             os.write(w, str(gc.get_freeze_count()).encode())
             os._exit(0)
