@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-import warnings
 from typing import Any
 
+from forkkit import in_forked_child
 from we0nb import FunctionModel, MemoryPersistence, Score, We0Agent, text, tool, tool_call
 from we0nb.batch.heap import frozen_heap
 from we0nb.models.base import ToolResult
@@ -106,20 +106,8 @@ def test_nested_and_threaded_uses_unfreeze_once_at_the_last_end() -> None:
 
 
 def test_a_child_forked_during_a_batch_gets_its_objects_back() -> None:
-    import os
-
     with frozen_heap():
         assert gc.get_freeze_count() > 0
-        r, w = os.pipe()
-        with warnings.catch_warnings():  # (3.12+ warns of fork in a threaded process: this child takes no lock)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:  # the child: nothing of the parent's batch runs here
-            os.write(w, str(gc.get_freeze_count()).encode())
-            os._exit(0)
-        os.close(w)
-        got = os.read(r, 64).decode()
-        os.close(r)
-        os.waitpid(pid, 0)
+        got = in_forked_child(lambda: str(gc.get_freeze_count()))  # (nothing of the batch runs there)
     assert got == "0"
     assert gc.get_freeze_count() == 0

@@ -2,10 +2,10 @@
 
 import os
 import socket
-import warnings
 
 import pytest
 
+from forkkit import in_forked_child
 from we0nb.persistence.base import lease_owner
 
 
@@ -17,16 +17,6 @@ def test_owner_names_this_host_and_process_and_the_run() -> None:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_a_forked_child_names_its_own_pid() -> None:
     lease_owner("run_1")  # (the parent's host and pid are known before the fork)
-    r, w = os.pipe()
-    with warnings.catch_warnings():  # (3.12+ warns of fork in a threaded process: this child takes no lock)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # the child: its leases must not look like its parent's (a live owner's)
-        os.write(w, f"{os.getpid()} {lease_owner('run_2')}".encode())
-        os._exit(0)
-    os.close(w)
-    got = os.read(r, 512).decode()
-    os.close(r)
-    os.waitpid(pid, 0)
-    child, owner = got.split(" ", 1)
+    # the child's leases must not look like its parent's (a live owner's)
+    child, owner = in_forked_child(lambda: f"{os.getpid()} {lease_owner('run_2')}").split(" ", 1)
     assert owner == f"{socket.gethostname()}:{child}:run_2" and int(child) != os.getpid()
