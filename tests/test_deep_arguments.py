@@ -106,3 +106,14 @@ def test_depth_helpers() -> None:
     clipped = clip_depth(nested(5000))
     assert too_deep(clipped) and not too_deep(clipped, MAX_JSON_DEPTH + 1)
     assert json.loads(json.dumps(clipped)) == clipped  # storable, and short
+
+
+def test_depth_counts_every_branch_and_every_kind_of_value() -> None:
+    """The deep branch is found wherever it sits among flat siblings; scalars are level 0."""
+    deep_last = {"a": 1, "b": [1, "x"], "c": {"d": None}, "e": [[[[]]]]}  # "e" reaches level 5
+    assert too_deep(deep_last, limit=4) and not too_deep(deep_last, limit=5)
+    deep_first = [[[[{}]]], {"x": 1}, 2]
+    assert too_deep(deep_first, limit=4) and not too_deep(deep_first, limit=5)
+    for scalar in (1, "text", None, 2.5, True):
+        assert not too_deep(scalar) and not too_deep(scalar, limit=0)
+    assert too_deep({}, limit=0) and not too_deep({}, limit=1) and not too_deep([], limit=1)

@@ -17,19 +17,23 @@ MAX_JSON_DEPTH = 100
 
 
 def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether ``value`` nests dicts and lists more than ``limit`` levels (a loop, not recursion)."""
+    """Whether ``value`` nests dicts and lists more than ``limit`` levels (a loop, not recursion).
+
+    A child is looked at as it is found (a flat object, the usual arguments, is one pass over
+    its values: no generator, nothing pushed)."""
+    if not isinstance(value, (dict, list)):
+        return False
+    if limit < 1:
+        return True
     stack: list[tuple[Any, int]] = [(value, 1)]
+    push, pop = stack.append, stack.pop
     while stack:
-        v, depth = stack.pop()
-        if isinstance(v, dict):
-            children: Any = v.values()
-        elif isinstance(v, list):
-            children = v
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+        v, depth = pop()
+        for c in (v.values() if isinstance(v, dict) else v):
+            if isinstance(c, (dict, list)):
+                if depth >= limit:  # (the child is at depth + 1)
+                    return True
+                push((c, depth + 1))
     return False
 
 
