@@ -81,7 +81,7 @@ def snapshot(m: BaseModel) -> Any:
     """
     if getattr(m, "__pydantic_private__", None) is not None:
         return m.model_copy()
-    cls = m.__class__
+    cls = type(m)
     c = cls.__new__(cls)
     _set(c, "__dict__", m.__dict__.copy())
     extra = m.__pydantic_extra__
@@ -405,11 +405,11 @@ class MessageWithParts(_Displayable, BaseModel):
 
     @property
     def text(self) -> str:
-        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+        return "".join(p.text for p in self.parts if p.type == "text")
 
     @property
     def tool_parts(self) -> list[ToolPart]:
-        return [p for p in self.parts if isinstance(p, ToolPart)]
+        return [p for p in self.parts if p.type == "tool"]
 
     @property
     def unfinished(self) -> bool:
@@ -420,7 +420,7 @@ class MessageWithParts(_Displayable, BaseModel):
     @property
     def awaiting_approval(self) -> list[ToolPart]:
         """The calls of this message that wait for a person's decision, in call order."""
-        return [p for p in self.parts if isinstance(p, ToolPart) and p.awaiting_approval]
+        return [p for p in self.parts if p.type == "tool" and p.awaiting_approval]
 
     @property
     def is_summary(self) -> bool:
@@ -433,7 +433,7 @@ def is_unfinished(message: AssistantMessage, parts: "Sequence[Part]") -> bool:
     closed, or one of its tool calls never reached a final state (pending or running)."""
     if message.time.completed is None:
         return True
-    return any(isinstance(p, ToolPart) and p.state.status in ("pending", "running") for p in parts)
+    return any(p.type == "tool" and p.state.status in ("pending", "running") for p in parts)
 
 
 def turn_pending(messages: "list[MessageWithParts]") -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ..messages import CompactionPart, MessageWithParts, ReasoningPart, TextPart, ToolPart
+from ..messages import CompactionPart, MessageWithParts
 from ..models.base import AssistantTurn, ModelMessage, ReasoningBlock, ToolCall, ToolResult, UserTurn
 
 __all__ = ["to_model_messages", "convert", "HistoryCache", "SUMMARY_PREFIX"]
@@ -22,7 +22,7 @@ SUMMARY_PREFIX = "Summary of the conversation so far:\n"
 def convert(m: MessageWithParts) -> list[ModelMessage]:
     """One message as model items (a compaction summary: the user turn that stands for it)."""
     if m.info.role == "user":
-        return [UserTurn("".join(p.text for p in m.parts if isinstance(p, TextPart)))]
+        return [UserTurn("".join(p.text for p in m.parts if p.type == "text"))]
     out: list[ModelMessage] = []
     text: list[str] = []
     thinking: list[str] = []
@@ -30,13 +30,13 @@ def convert(m: MessageWithParts) -> list[ModelMessage]:
     calls: list[ToolCall] = []
     results: list[ToolResult] = []
     for p in m.parts:
-        if isinstance(p, TextPart):
+        if p.type == "text":
             text.append(p.text)
-        elif isinstance(p, ReasoningPart):
+        elif p.type == "reasoning":
             thinking.append(p.text)
             if p.signature is not None or p.redacted is not None:  # (an unsigned block cannot go back)
                 blocks.append(ReasoningBlock(p.text, p.signature, p.redacted))
-        elif isinstance(p, ToolPart):
+        elif p.type == "tool":
             st = p.state
             if st.status == "completed":
                 calls.append(ToolCall(p.call_id, p.tool, st.input))
@@ -44,7 +44,7 @@ def convert(m: MessageWithParts) -> list[ModelMessage]:
             elif st.status == "error":
                 calls.append(ToolCall(p.call_id, p.tool, st.input))
                 results.append(ToolResult(p.call_id, p.tool, st.error, True))
-        elif isinstance(p, CompactionPart):
+        elif p.type == "compaction":
             return [UserTurn(SUMMARY_PREFIX + p.summary)]
     joined = "".join(text)
     if joined or calls:
