@@ -29,6 +29,8 @@ def convert(m: MessageWithParts) -> list[ModelMessage]:
     blocks: list[ReasoningBlock] = []
     calls: list[ToolCall] = []
     results: list[ToolResult] = []
+    # parts told apart by their type field: a failing isinstance against a pydantic class costs
+    # several field reads (its metaclass is an ABCMeta: a Python-level __instancecheck__)
     for p in m.parts:
         if p.type == "text":
             text.append(p.text)
