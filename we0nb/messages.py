@@ -404,7 +404,7 @@ class MessageWithParts(_Displayable, BaseModel):
     parts: list[Part] = Field(default_factory=list)
 
     # (parts are told apart by their ``type`` field, not isinstance, which costs several field
-    # reads when it fails: pydantic's metaclass is an ABCMeta; see engine/history.py)
+    # reads when it fails against a pydantic class; see engine/history.py)
     @property
     def text(self) -> str:
         return "".join(p.text for p in self.parts if p.type == "text")

@@ -30,7 +30,8 @@ def convert(m: MessageWithParts) -> list[ModelMessage]:
     calls: list[ToolCall] = []
     results: list[ToolResult] = []
     # parts told apart by their type field: a failing isinstance against a pydantic class costs
-    # several field reads (its metaclass is an ABCMeta: a Python-level __instancecheck__)
+    # several field reads (its metaclass is not type: __instancecheck__ is looked up and called,
+    # and a miss reads __class__ through pydantic's __getattr__ hook)
     for p in m.parts:
         if p.type == "text":
             text.append(p.text)
