@@ -25,12 +25,16 @@ async def ping(i: int) -> str:
     return "pong"
 
 
-async def test_tool_steps_fail_no_isinstance_against_our_models(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    p = store
-    steps = 12
+async def _tool_steps(store: Any, steps: int, prompt: str) -> Any:
+    """A run of ``steps`` calls of ``ping``, then a final text; its result."""
     model = ScriptedModel([[tool_call("ping", {"i": i})] for i in range(steps)] + [[text("done")]])
-    agent = We0Agent(model, tools=[ping], persistence=p, max_steps=steps + 2)
-    await agent.invoke(messages=[user_message("warm up")])  # (imports and first-use paths outside the count)
+    agent = We0Agent(model, tools=[ping], persistence=store, max_steps=steps + 2)
+    return await agent.invoke(messages=[user_message(prompt)])
+
+
+async def test_tool_steps_fail_no_isinstance_against_our_models(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = 12
+    await _tool_steps(store, steps, "warm up")  # (imports and first-use paths outside the count)
 
     failed: collections.Counter[str] = collections.Counter()
     original = ModelMetaclass.__instancecheck__
@@ -43,9 +47,7 @@ async def test_tool_steps_fail_no_isinstance_against_our_models(store: Any, monk
         return answer
 
     monkeypatch.setattr(ModelMetaclass, "__instancecheck__", counting)
-    model = ScriptedModel([[tool_call("ping", {"i": i})] for i in range(steps)] + [[text("done")]])
-    agent = We0Agent(model, tools=[ping], persistence=p, max_steps=steps + 2)
-    result = await agent.invoke(messages=[user_message("go")])
+    result = await _tool_steps(store, steps, "go")
     monkeypatch.undo()
     assert result.text == "done"
     assert not failed, f"failing isinstance tests against our models during {steps} tool steps: {dict(failed)}"
