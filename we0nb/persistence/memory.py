@@ -75,13 +75,9 @@ class MemoryPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
         if lease is not None:
             self._check_lease_now(lease)
         messages, parts = _encode(writes)
-        written: Optional[set[tuple[str, str]]] = None  # (made only for a part of a message not stored yet)
+        written = {(m[0], m[1]) for m in messages} if parts else set()
         for sid, mid, pid, _ in parts:
-            if mid not in self._messages.get(sid, ()):
-                if written is None:
-                    written = {(m[0], m[1]) for m in messages}
-                if (sid, mid) in written:
-                    continue
+            if mid not in self._messages.get(sid, ()) and (sid, mid) not in written:
                 raise KeyError(f"Part {pid!r} refers to message {mid!r} of session {sid!r}, which was never "
                                "written; write the message first (in this commit or an earlier one).")
         if session is not None:
