@@ -51,14 +51,14 @@ from .errors import Busy, is_busy, wrap
 from .readonly import read_only_fallback
 from .schema import SqliteDb, ensure_schema
 from .sqlite_group import SqliteGroup
-from .statements import Stmt, compiled
+from .sqlite_exec import execute, execute_many
+from .statements import Stmt
 
 __all__ = ["InlineSqlite"]
 
 log = logging.getLogger("we0nb.persistence.sql")
 
 T = TypeVar("T")
-_SQL = compiled("sqlite")
 #: a commit: its ops, and the guard that must hold for them to be written
 Commit = tuple[Sequence[Op], Optional[Guard]]
 
@@ -148,7 +148,7 @@ class InlineSqlite:
     def read_now(self, queries: Sequence[tuple[Stmt, Params]]) -> Optional[list[list[Any]]]:
         """Several reads at once, synchronously; None when the database is locked (use the async path)."""
         try:
-            return self._call(lambda conn: [conn.execute(_SQL[k], p).fetchall() for k, p in queries])
+            return self._call(lambda conn: [execute(conn, k, p).fetchall() for k, p in queries])
         except Busy:
             return None
 
@@ -220,13 +220,13 @@ class InlineSqlite:
 
     def _execute(self, conn: sqlite3.Connection, stmt: Stmt, params: Params) -> int:
         self._give_way()
-        n = conn.execute(_SQL[stmt], params).rowcount  # autocommit: its own transaction
+        n = execute(conn, stmt, params).rowcount  # autocommit: its own transaction
         self._committed()
         return n
 
     @staticmethod
     def _fetchall(conn: sqlite3.Connection, stmt: Stmt, params: Params) -> list[Any]:
-        return conn.execute(_SQL[stmt], params).fetchall()
+        return execute(conn, stmt, params).fetchall()
 
     def _together(self, conn: sqlite3.Connection, commits: Sequence[Commit]) -> list[bool]:
         """Each commit's guard, then its ops when the guard held; one transaction."""
@@ -248,7 +248,7 @@ class InlineSqlite:
         out = []
         with _writing(conn):
             for stmt, params, rows in calls:
-                cur = conn.execute(_SQL[stmt], params)
+                cur = execute(conn, stmt, params)
                 out.append(cur.fetchall() if rows else cur.rowcount)
         self._committed()
         return out
@@ -296,7 +296,7 @@ class InlineSqlite:
         """Fail at open, not at the first write in the middle of a run, when the file is read-only."""
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute(_SQL[q.WRITE_PROBE], {"key": "write_probe", "value": ""})
+            execute(conn, q.WRITE_PROBE, {"key": "write_probe", "value": ""})
         finally:
             conn.execute("ROLLBACK")
 
@@ -395,7 +395,7 @@ def _each(conn: sqlite3.Connection, commits: Sequence[Commit]) -> tuple[list[boo
     out = []
     pages, text = 0, 0
     for ops, guard in commits:
-        ok = guard is None or held(conn.execute(_SQL[guard[0]], guard[1]).rowcount)
+        ok = guard is None or held(execute(conn, guard[0], guard[1]).rowcount)
         pages += _GUARD_PAGES
         if ok:
             for stmt, params in ops:
@@ -414,9 +414,9 @@ def _as_rows(params: Any) -> Sequence[Params]:
 def _write_rows(conn: sqlite3.Connection, stmt: Stmt, rows: Sequence[Params]) -> tuple[int, int]:
     """``rows`` of ``stmt`` (one ``execute`` for one row); what they may add to the WAL (:func:`_bound`)."""
     if len(rows) == 1:
-        conn.execute(_SQL[stmt], rows[0])
+        execute(conn, stmt, rows[0])
     else:
-        conn.executemany(_SQL[stmt], rows)
+        execute_many(conn, stmt, rows)
     return _bound(rows)
 
 
@@ -446,9 +446,9 @@ def _merged(conn: sqlite3.Connection, commits: Sequence[Commit]) -> Optional[tup
     which (renewing a lease twice changes nothing). Other guards (a lease's insert, a batch
     item's end) run one by one, in order; they touch other tables than the rows merged."""
     renew = [guard[1] for _, guard in commits if guard is not None and guard[0] is q.LEASE_GUARD]
-    if renew and conn.executemany(_SQL[q.LEASE_GUARD], renew).rowcount != len(renew):
+    if renew and execute_many(conn, q.LEASE_GUARD, renew).rowcount != len(renew):
         return None
-    out = [guard is None or guard[0] is q.LEASE_GUARD or held(conn.execute(_SQL[guard[0]], guard[1]).rowcount)
+    out = [guard is None or guard[0] is q.LEASE_GUARD or held(execute(conn, guard[0], guard[1]).rowcount)
            for _, guard in commits]
     rows: dict[Stmt, list[Params]] = {stmt: [] for stmt in _MERGED}
     for (ops, _), ok in zip(commits, out):

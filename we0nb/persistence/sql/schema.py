@@ -30,6 +30,7 @@ from sqlalchemy.schema import CreateIndex, CreateSchema, CreateTable
 from ...errors import PersistenceError, SchemaVersionError
 from . import statements as q
 from . import tables as S
+from .sqlite_exec import execute
 from .statements import Stmt, _dialect, compiled
 
 __all__ = ["ensure_schema", "SqliteDb", "ConnectionDb", "check_version"]
@@ -187,10 +188,9 @@ class SqliteDb:
 
     def __init__(self, conn: sqlite3.Connection, where: str):
         self.conn, self.where = conn, where
-        self._sql = compiled("sqlite")
 
     def rows(self, stmt: Stmt, params: dict[str, Any]) -> list[Any]:
-        return self.conn.execute(self._sql[stmt], params).fetchall()
+        return execute(self.conn, stmt, params).fetchall()
 
     def run(self, sql: str) -> None:
         self.conn.execute(sql)

@@ -24,7 +24,8 @@ on hosts whose clocks differ agree: an expiry is the server's now plus ``ttl`` (
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from operator import itemgetter
+from typing import Any, Callable, Mapping, Optional
 
 from sqlalchemy import (Float, and_, bindparam, case, cast, column, delete, extract, false, func, literal_column, null,
                         select, table, true, update)
@@ -33,7 +34,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from . import tables as S
 from .copy_sql import copy_statements
 
-__all__ = ["Stmt", "compiled", "session_row", "message_row", "part_row"]
+__all__ = ["Stmt", "compiled", "positional", "session_row", "message_row", "part_row"]
 
 
 class Stmt:
@@ -373,3 +374,41 @@ def compiled(dialect: str) -> dict[Stmt, str]:
     texts = copy_statements(dialect)  # (written as SQL text: string surgery, not Core constructs)
     out.update({key: texts[key.name] for key in _COPIES})
     return out
+
+
+#: a statement's text, and what makes a row (a ``dict``) the values ``sqlite3`` binds to it
+Positional = tuple[str, Callable[[Mapping[str, Any]], Any]]
+
+
+@functools.lru_cache(maxsize=None)
+def positional() -> dict[Stmt, Positional]:
+    """SQLite's statements with ``?`` placeholders, each with the function that makes a row (the
+    same ``dict`` as for :func:`compiled`) the tuple of its values in the placeholders' order;
+    the copies' hand-written texts keep their names (their row is bound as it is).
+
+    Why not ``:name`` everywhere: ``sqlite3`` binds a named placeholder by asking SQLite for its
+    name (on 3.11 releasing and taking back the GIL around that call) and looking it up in the
+    row: a row of 15 values bound by name cost ~2.6 µs more than a tuple on 3.11, ~8.8 µs more
+    on 3.13, and a judge's verdict binds ~200 values (:mod:`.sqlite_exec`)."""
+    d = sqlite.dialect(paramstyle="qmark")
+    out: dict[Stmt, Positional] = {}
+    for key, (stmt, sets) in _constructs(sqlite.insert, "sqlite").items():
+        c = stmt.compile(dialect=d, column_keys=sets)
+        out[key] = (str(c), _order(tuple(c.positiontup or ())))
+    texts = copy_statements("sqlite")
+    out.update({key: (texts[key.name], _as_named) for key in _COPIES})
+    return out
+
+
+def _order(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """A row's values in the order of ``names`` (a tuple, also for none or one)."""
+    if len(names) > 1:
+        return itemgetter(*names)
+    if names:
+        name = names[0]
+        return lambda row: (row[name],)
+    return lambda row: ()
+
+
+def _as_named(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    return row
