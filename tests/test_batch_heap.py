@@ -9,7 +9,7 @@ from typing import Any
 
 from forkkit import in_forked_child
 from we0nb import FunctionModel, MemoryPersistence, Score, We0Agent, text, tool, tool_call
-from we0nb.batch.heap import frozen_heap
+from we0nb.batch.heap import YOUNG_THRESHOLD, frozen_heap
 from we0nb.models.base import ToolResult
 
 
@@ -106,8 +106,60 @@ def test_nested_and_threaded_uses_unfreeze_once_at_the_last_end() -> None:
 
 
 def test_a_child_forked_during_a_batch_gets_its_objects_back() -> None:
+    before = gc.get_threshold()
     with frozen_heap():
         assert gc.get_freeze_count() > 0
-        got = in_forked_child(lambda: str(gc.get_freeze_count()))  # (nothing of the batch runs there)
-    assert got == "0"
+        got = in_forked_child(lambda: f"{gc.get_freeze_count()} {gc.get_threshold()}")  # (no batch runs there)
+    assert got == f"0 {before}"
     assert gc.get_freeze_count() == 0
+
+
+async def test_a_batch_collects_its_young_objects_less_often_and_gives_the_threshold_back() -> None:
+    before = gc.get_threshold()
+    assert before[0] < YOUNG_THRESHOLD
+    seen: list[int] = []
+
+    @tool(side_effects=False)
+    def look() -> str:
+        """Read-only."""
+        seen.append(gc.get_threshold()[0])
+        return "ok"
+
+    def reply(request: Any) -> list:
+        if any(isinstance(m, ToolResult) for m in request.messages):
+            return [text("done")]
+        return [tool_call("look", {})]
+
+    agent = We0Agent(FunctionModel(reply), tools=[look], persistence=MemoryPersistence())
+    batch = await agent.batch(["a", "b", "c"], concurrency=2, progress=False)
+    assert seen == [YOUNG_THRESHOLD] * 3
+    assert gc.get_threshold() == before
+
+    def counted(case: Any) -> Score:
+        seen.append(gc.get_threshold()[0])
+        return Score(1.0)
+
+    await batch.score([counted], progress=False)
+    assert seen[3:] == [YOUNG_THRESHOLD] * 3
+    assert gc.get_threshold() == before
+
+
+def test_a_threshold_the_process_chose_is_left_as_it_is() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(YOUNG_THRESHOLD * 2, *before[1:])  # higher than ours: not lowered
+        with frozen_heap():
+            assert gc.get_threshold()[0] == YOUNG_THRESHOLD * 2
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD * 2
+        gc.set_threshold(*before)
+        with frozen_heap():
+            assert gc.get_threshold()[0] == YOUNG_THRESHOLD
+            gc.set_threshold(5000, *before[1:])  # changed while the batch runs: the process's own
+        assert gc.get_threshold()[0] == 5000
+        gc.set_threshold(*before)
+        gc.disable()
+        with frozen_heap():  # (a collector turned off: nothing to tune)
+            assert gc.get_threshold() == before
+    finally:
+        gc.enable()
+        gc.set_threshold(*before)
