@@ -45,6 +45,22 @@ def test_views_round_trip_every_item_kind() -> None:
             load_views(bad)
 
 
+def test_a_view_is_the_compact_json_text_and_keeps_what_json_keeps() -> None:
+    """The view's text is what ``json.dumps(ensure_ascii=False, separators=(",", ":"))`` writes
+    (views stored by either encoder read alike), NaN and infinities included."""
+    import json
+    import math
+
+    args = {"x": float("nan"), "y": float("inf"), "big": 10**20, "f": 1e300, "s": 'é\u2028"\\\n日本', "n": None}
+    items = [UserTurn('q "é"\n'), AssistantTurn("", "", [ToolCall("c1", "f", args)]), ToolResult("c1", "f", "", True)]
+    view = dump_view(items)
+    expected = [["u", 'q "é"\n'], ["a", "", "", [["c1", "f", args]]], ["t", "c1", "f", "", 1]]
+    assert view == json.dumps(expected, ensure_ascii=False, separators=(",", ":"))
+    back = load_views([view])
+    got = back[1].tool_calls[0].input  # type: ignore[union-attr]
+    assert math.isnan(got["x"]) and got["y"] == math.inf and got["big"] == 10**20 and got["s"] == args["s"]
+
+
 def test_views_keep_reasoning_blocks_and_read_views_written_before_them() -> None:
     turn = AssistantTurn("t", "ab", [ToolCall("c1", "read", {})],
                          reasoning_blocks=[ReasoningBlock("ab", "S1"), ReasoningBlock("", None, "R")])
