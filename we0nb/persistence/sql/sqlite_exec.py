@@ -4,8 +4,8 @@ Both SQLite drivers (:mod:`.inline`, and :mod:`.schema`'s set-up) run statements
 :func:`execute` and :func:`execute_many`: the text of :func:`~.statements.positional` and the
 row's values as a tuple, in the placeholders' order. A named placeholder costs ``sqlite3`` a call
 into SQLite for its name and a lookup in the row per value (on 3.11 with the GIL released and
-taken back around the call); a judge's verdict binds ~200 values, a W3 step ~100. Measured with
-callgrind (W3 on SQLite, 3.11): 1,974k instructions per step bound by name, 1,809k by position.
+taken back around the call); a judge's verdict binds ~140 values. Measured with callgrind (W3 on
+SQLite, 3.11): 1,974k instructions per tool step bound by name, 1,832k by position.
 
 The two adapters registered here serve the values that are not exactly an ``int``, ``float`` or
 ``str`` — a row's ``None``s and ``bool``s (~44 per verdict). ``sqlite3`` sends those through its
