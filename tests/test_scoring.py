@@ -175,6 +175,34 @@ def test_judge_verdicts_are_sessions_and_resume_after_an_abort(store):
     assert df["judge_session_id"].str.startswith("judge_").all()
 
 
+def test_a_scorings_verdicts_share_one_abort_watcher(store, monkeypatch):
+    """Each run watches its abort event with a task; a scoring's verdicts share the scoring's
+    event, so 3 verdicts running together make one watcher, not three ('boom' failed: not scored)."""
+    import we0nb.engine.abort as abort_mod
+
+    made = []
+    original = abort_mod._Watcher.__init__
+
+    def counted(self, event):
+        made.append(event)
+        original(self, event)
+
+    async def go():
+        agent = solver(store)
+        batch = await agent.batch(PROMPTS, name="b_watch", progress=False)
+        monkeypatch.setattr(abort_mod._Watcher, "__init__", counted)
+        async def slow(request):  # (the verdicts overlap: a watcher lives while any run uses it)
+            await asyncio.sleep(0.05)
+            from we0nb import output
+            return [output(Verdict(passed=True, reason="ok"))]
+
+        got = await batch.score([judge(FunctionModel(slow), "Any answer passes.")], concurrency=4, progress=False)
+        assert len(got.scored) == 3 and not got.errors
+
+    run(go())
+    assert len(made) == 1
+
+
 def test_judge_sessions_are_one_per_item_and_follow_item_order():
     # (a scoring's verdicts side by side in every index keyed by session: see judge_session_id)
     ids = [judge_session_id("b", i, "judge") for i in range(1200)]

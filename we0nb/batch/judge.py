@@ -9,6 +9,8 @@ resumed (``mode="resume"``), and only a verdict never started is asked afresh.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import json
 from dataclasses import replace
@@ -43,8 +45,14 @@ def judge_session_id(batch: str, item: int, name: str) -> str:
     A scoring's verdicts share a prefix (the batch and the judge) and follow item order, so their
     rows land side by side in every index keyed by session; ids hashed per item scattered them, and
     a SQLite scoring wrote 2.2x the WAL bytes per verdict (57.6 KB against 25.6 KB, W12)."""
+    return f"{_judge_prefix(batch, name)}_{item:09d}"
+
+
+@functools.lru_cache(maxsize=64)
+def _judge_prefix(batch: str, name: str) -> str:
+    """What a scoring's verdict sessions share (hashed once per scoring, not per verdict)."""
     digest = hashlib.sha256(f"{batch}\x00{name}".encode("utf-8", "surrogatepass")).hexdigest()
-    return f"judge_{digest[:32]}_{item:09d}"
+    return f"judge_{digest[:32]}"
 
 
 def _question(case: Case) -> str:
@@ -91,18 +99,18 @@ class Judge(Scorer):
     async def decide(self, case: Case, context: ScoringContext) -> tuple[Any, Optional[str]]:
         agent = self._agent(context.store)
         sid = judge_session_id(context.batch, case.item, self.name)
-        verdict = await _verdict(agent, sid, case)
+        verdict = await _verdict(agent, sid, case, context.abort)
         return Score(1.0 if verdict.passed else 0.0, passed=verdict.passed, reason=verdict.reason), sid
 
     def __repr__(self) -> str:
         return f"judge({self.model.model_id!r}, name={self.name!r})"
 
 
-async def _verdict(agent: We0Agent, sid: str, case: Case) -> Verdict:
+async def _verdict(agent: We0Agent, sid: str, case: Case, abort: asyncio.Event) -> Verdict:
     """The verdict of session ``sid``: asked (its lease and session read in one trip, the run
     driven as a batch item's is, see :class:`~we0nb.engine.run.RunOptions`), read back when
-    given before, or resumed when begun before."""
-    request = agent.build_request(mode="prompt", session_id=sid, messages=[_user(case)])
+    given before, or resumed when begun before. ``abort``: the scoring's, shared by its verdicts."""
+    request = agent.build_request(abort=abort, mode="prompt", session_id=sid, messages=[_user(case)])
     held = await agent.persistence.lease_and_session(sid, request.run_id)
     if held[1] is not None:  # (a verdict given or begun before: read back, or resumed)
         request = replace(request, mode="resume", messages=None)

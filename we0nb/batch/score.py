@@ -180,10 +180,13 @@ class ScoreResult:
 
 @dataclass
 class ScoringContext:
-    """What a scorer may need beyond its case: the store (a judge runs there) and the batch."""
+    """What a scorer may need beyond its case: the store (a judge runs there) and the batch;
+    ``abort``, the event a judge's runs share (one watcher for them all, not one per verdict:
+    see :mod:`we0nb.engine.abort`)."""
 
     store: Any
     batch: str
+    abort: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 Expected = Union[None, Sequence[Any], Any]
@@ -262,8 +265,7 @@ async def _score(todo: list[tuple[Any, Scorer]], values: list[Any], context: Sco
     async def one(it: Any, s: Scorer) -> None:
         async with gate:
             if it.item not in cases:
-                cases[it.item] = asyncio.ensure_future(_case(context.store, it, values[it.item],
-                                                             read=not (counted and it.tool_calls == 0)))
+                cases[it.item] = _case(context.store, it, values[it.item], read=not (counted and it.tool_calls == 0))
             case = await cases[it.item]
             try:
                 got, judge_sid = await s.decide(case, context)
@@ -306,12 +308,24 @@ async def _all(tasks: list["asyncio.Future[None]"]) -> None:
         raise first
 
 
-async def _case(store: Any, it: Any, expected: Any, *, read: bool = True) -> Case:
-    """The case of item ``it``; its tool calls read from its transcript (``read=False``: it has none)."""
-    calls: list[str] = []
+def _case(store: Any, it: Any, expected: Any, *, read: bool = True) -> "asyncio.Future[Case]":
+    """The case of item ``it``, shared by its scorers; its tool calls read from its transcript (a
+    task), or, with ``read=False`` (it has none), made at once: a future already done, which its
+    scorers' ``await`` takes without waiting for the loop's next pass (two passes a case, else)."""
     if read:
-        tr = await store.load_transcript(it.session_id)
-        calls = [p.tool for m in tr.messages for p in m.parts if isinstance(p, ToolPart) and not p.is_output]
+        return asyncio.ensure_future(_read_case(store, it, expected))
+    done: "asyncio.Future[Case]" = asyncio.get_running_loop().create_future()
+    done.set_result(_made_case(it, expected, []))
+    return done
+
+
+async def _read_case(store: Any, it: Any, expected: Any) -> Case:
+    tr = await store.load_transcript(it.session_id)
+    calls = [p.tool for m in tr.messages for p in m.parts if isinstance(p, ToolPart) and not p.is_output]
+    return _made_case(it, expected, calls)
+
+
+def _made_case(it: Any, expected: Any, calls: list[str]) -> Case:
     output = None
     if it.output is not None:
         try:
