@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 from operator import itemgetter
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from sqlalchemy import (Float, and_, bindparam, case, cast, column, delete, extract, false, func, literal_column, null,
                         select, table, true, update)
@@ -368,14 +368,22 @@ def _dialect(name: str) -> Any:
 @functools.lru_cache(maxsize=None)
 def compiled(dialect: str) -> dict[Stmt, str]:
     """Each statement's SQL text for ``"sqlite"`` or ``"postgresql"`` (psycopg), compiled once."""
-    insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
-    d = _dialect(dialect)
-    out: dict[Stmt, str] = {}
-    for key, (stmt, sets) in _constructs(insert, dialect).items():
-        out[key] = str(stmt.compile(dialect=d, column_keys=sets))
-    texts = copy_statements(dialect)  # (written as SQL text: string surgery, not Core constructs)
-    out.update({key: texts[key.name] for key in _COPIES})
+    out = {key: str(c) for key, c in _compiled_constructs(dialect, _dialect(dialect))}
+    out.update(_copy_texts(dialect))
     return out
+
+
+def _compiled_constructs(dialect: str, d: Any) -> Iterator[tuple[Stmt, Any]]:
+    """Each Core construct of ``dialect`` compiled for the SQLAlchemy dialect ``d`` (its paramstyle)."""
+    insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+    for key, (stmt, sets) in _constructs(insert, dialect).items():
+        yield key, stmt.compile(dialect=d, column_keys=sets)
+
+
+def _copy_texts(dialect: str) -> dict[Stmt, str]:
+    """The copies' statements: written as SQL text (string surgery, not Core constructs), by name."""
+    texts = copy_statements(dialect)
+    return {key: texts[key.name] for key in _COPIES}
 
 
 #: a statement's text, and what makes a row (a ``dict``) the values ``sqlite3`` binds to it
@@ -392,13 +400,9 @@ def positional() -> dict[Stmt, Positional]:
     name (on 3.11 releasing and taking back the GIL around that call) and looking it up in the
     row: a row of 15 values bound by name cost ~2.6 µs more than a tuple on 3.11, ~8.8 µs more
     on 3.13, and a judge's verdict binds ~140 values (:mod:`.sqlite_exec`)."""
-    d = sqlite.dialect(paramstyle="qmark")
-    out: dict[Stmt, Positional] = {}
-    for key, (stmt, sets) in _constructs(sqlite.insert, "sqlite").items():
-        c = stmt.compile(dialect=d, column_keys=sets)
-        out[key] = (str(c), _order(tuple(c.positiontup or ())))
-    texts = copy_statements("sqlite")
-    out.update({key: (texts[key.name], _as_named) for key in _COPIES})
+    out: dict[Stmt, Positional] = {key: (str(c), _order(tuple(c.positiontup or ())))
+                                   for key, c in _compiled_constructs("sqlite", sqlite.dialect(paramstyle="qmark"))}
+    out.update({key: (text, _as_named) for key, text in _copy_texts("sqlite").items()})
     return out
 
 
