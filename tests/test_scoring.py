@@ -203,6 +203,45 @@ def test_a_scorings_verdicts_share_one_abort_watcher(store, monkeypatch):
     assert len(made) == 1
 
 
+def test_a_verdict_frees_its_slot_after_its_models_last_call(store, monkeypatch):
+    """At concurrency 1 the next verdict's model call starts while the verdict before it still
+    writes its end (here held back until that call came, at most 3 s): the slot bounds model
+    calls, as a batch's concurrency does, and a verdict's last commit is off its path."""
+    calls: list[int] = []
+    second_called = asyncio.Event()
+    waited_for_it: list[bool] = []
+
+    async def go():
+        agent = solver(store)
+        batch = await agent.batch(PROMPTS[:2], name="b_slot", progress=False)
+        original = store.commit
+
+        async def commit(writes, **kw):
+            ends = [m for m, _, _ in writes if m is not None and m.role == "assistant" and m.time.completed]
+            if ends and ends[0].session_id == judge_session_id("b_slot", 0, "judge") and not waited_for_it:
+                try:  # (the first verdict's step end: it waits for the second verdict's call)
+                    await asyncio.wait_for(second_called.wait(), 3)
+                    waited_for_it.append(True)
+                except asyncio.TimeoutError:
+                    waited_for_it.append(False)
+            return await original(writes, **kw)
+
+        monkeypatch.setattr(store, "commit", commit)
+
+        async def verdict(request):
+            calls.append(len(calls) + 1)
+            if len(calls) == 2:
+                second_called.set()
+            from we0nb import output
+            return [output(Verdict(passed=True, reason="ok"))]
+
+        got = await batch.score([judge(FunctionModel(verdict), "Any answer passes.")], concurrency=1, progress=False)
+        assert len(got.scored) == 2 and not got.errors
+
+    run(go())
+    assert calls == [1, 2] and waited_for_it == [True]
+
+
 def test_judge_sessions_are_one_per_item_and_follow_item_order():
     # (a scoring's verdicts side by side in every index keyed by session: see judge_session_id)
     ids = [judge_session_id("b", i, "judge") for i in range(1200)]

@@ -14,7 +14,7 @@ import functools
 import hashlib
 import json
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from pydantic import BaseModel, Field
 
@@ -96,25 +96,28 @@ class Judge(Scorer):
             self._agents[id(store)] = agent
         return agent
 
-    async def decide(self, case: Case, context: ScoringContext) -> tuple[Any, Optional[str]]:
+    async def decide(self, case: Case, context: ScoringContext, *,
+                     free_slot: Callable[[], None] = lambda: None) -> tuple[Any, Optional[str]]:
         agent = self._agent(context.store)
         sid = judge_session_id(context.batch, case.item, self.name)
-        verdict = await _verdict(agent, sid, case, context.abort)
+        verdict = await _verdict(agent, sid, case, context.abort, free_slot)
         return Score(1.0 if verdict.passed else 0.0, passed=verdict.passed, reason=verdict.reason), sid
 
     def __repr__(self) -> str:
         return f"judge({self.model.model_id!r}, name={self.name!r})"
 
 
-async def _verdict(agent: We0Agent, sid: str, case: Case, abort: asyncio.Event) -> Verdict:
+async def _verdict(agent: We0Agent, sid: str, case: Case, abort: asyncio.Event,
+                   free_slot: Callable[[], None]) -> Verdict:
     """The verdict of session ``sid``: asked (its lease and session read in one trip, the run
     driven as a batch item's is, see :class:`~we0nb.engine.run.RunOptions`), read back when
-    given before, or resumed when begun before. ``abort``: the scoring's, shared by its verdicts."""
+    given before, or resumed when begun before. ``abort``: the scoring's, shared by its verdicts;
+    ``free_slot``: called once the run needs the model no more (its ``after_last_call``)."""
     request = agent.build_request(abort=abort, mode="prompt", session_id=sid, messages=[_user(case)])
     held = await agent.persistence.lease_and_session(sid, request.run_id)
     if held[1] is not None:  # (a verdict given or begun before: read back, or resumed)
         request = replace(request, mode="resume", messages=None)
-    result = await _run(agent, request, held)
+    result = await _run(agent, request, held, free_slot)
     if result.output is None and request.mode == "resume":  # (a session that never got its question)
         result = await agent.invoke(session_id=sid, messages=[_user(case)])
     verdict = result.output
@@ -122,8 +125,9 @@ async def _verdict(agent: We0Agent, sid: str, case: Case, abort: asyncio.Event) 
     return verdict
 
 
-async def _run(agent: We0Agent, request: RunRequest, held: Any) -> RunResult:
-    run = Run(agent, request, structured=True, options=RunOptions(live_parts=True, pipelined=True, held=held))
+async def _run(agent: We0Agent, request: RunRequest, held: Any, after_last_call: Callable[[], None]) -> RunResult:
+    run = Run(agent, request, structured=True,
+              options=RunOptions(live_parts=True, pipelined=True, after_last_call=after_last_call, held=held))
     try:
         async for _ in run.events():
             pass
