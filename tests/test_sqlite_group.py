@@ -87,6 +87,52 @@ async def test_concurrent_commits_go_together_and_each_gets_its_own_outcome(lite
     assert renewed == [(29,)]
 
 
+async def test_a_group_waits_for_the_commits_of_callbacks_already_ready(lite: Backend, group_sizes: list) -> None:
+    """A commit made one and two passes after the first still joins its group while the loop had
+    work ready; a commit made once the loop has nothing else ready goes in a group of its own."""
+    p = lite.fresh()
+    sids, leases = await _leases(p, 4)
+    writes = [user_write(sid, f"body {i}") for i, sid in enumerate(sids)]
+
+    async def commit_after(i: int, passes: int) -> None:
+        for _ in range(passes):
+            await asyncio.sleep(0)
+        (u, t), lease, sid = writes[i], leases[i], sids[i]
+        await p.commit([(u, [t], None)], lease=lease, session=_session(sid))
+
+    await asyncio.gather(commit_after(0, 0), commit_after(1, 1), commit_after(2, 2))
+    assert group_sizes == [3]
+    await commit_after(3, 0)  # (nothing else ready: written alone, without waiting for MAX_PASSES)
+    assert group_sizes == [3, 1]
+    reader = lite.fresh()
+    for i, sid in enumerate(sids):
+        assert await _texts(reader, sid) == [f"body {i}"]
+
+
+def test_a_group_waits_at_most_its_passes_on_a_loop_that_is_never_idle(lite: Backend, group_sizes: list) -> None:
+    """A loop that always has a callback ready (here one that re-queues itself) delays a group by
+    at most MAX_PASSES passes: its commits are written, not starved."""
+    async def main() -> None:
+        p = lite.fresh()
+        sids, leases = await _leases(p, 2)
+        loop = asyncio.get_running_loop()
+        spinning = True
+
+        def spin() -> None:
+            if spinning:
+                loop.call_soon(spin)
+
+        spin()
+        writes = [user_write(sid, f"body {i}") for i, sid in enumerate(sids)]
+        try:
+            await asyncio.wait_for(asyncio.gather(*(p.commit([(u, [t], None)], lease=lease, session=_session(sid))
+                                                    for (u, t), lease, sid in zip(writes, leases, sids))), 5)
+        finally:
+            spinning = False
+        assert group_sizes == [2]
+    asyncio.run(main())
+
+
 async def test_a_group_keeps_each_commits_order_of_parts_and_messages(lite: Backend, group_sizes: list) -> None:
     """A group is written one statement at a time (every commit's parts, then every message) only
     when no commit writes a part of a message it wrote before: such a part drops the message's
