@@ -73,3 +73,40 @@ def test_session_and_transcript_round_trip():
 def test_unknown_fields_are_rejected():
     with pytest.raises(Exception):
         TextPart.model_validate({"id": "p", **B, "type": "text", "text": "", "bogus": 1})
+
+
+def _same_object(a, b) -> bool:
+    """The same pydantic object: type, fields in order, fields set, extra, private attributes."""
+    return (type(a) is type(b) and list(a.__dict__.items()) == list(b.__dict__.items())
+            and a.__pydantic_fields_set__ == b.__pydantic_fields_set__
+            and a.__pydantic_extra__ == b.__pydantic_extra__ and a.__pydantic_private__ == b.__pydantic_private__)
+
+
+def test_assembled_is_model_construct():
+    """``assembled`` builds what ``model_construct`` builds: directly when every field is given in
+    order, by ``model_construct`` itself otherwise (a default to fill, another order, private
+    attributes)."""
+    from pydantic import BaseModel, PrivateAttr
+
+    from we0nb.engine.revert import MarkedMessage
+    from we0nb.messages import assembled
+
+    info = UserMessage(id="msg_1", session_id="ses_1", time=MessageTime(created=1.0))
+    parts = [SAMPLES[0]]
+    session = Session(id="ses_1", title="t", time=SessionTime(created=1.0, updated=2.0))
+    cases = [(MessageWithParts, dict(info=info, parts=parts)),
+             (MarkedMessage, dict(info=info, parts=parts, reverted=True)),
+             (Transcript, dict(session=session, messages=[MessageWithParts(info=info, parts=parts)])),
+             (Transcript, dict(session=None)),  # (messages left to its default)
+             (MarkedMessage, dict(parts=parts, info=info, reverted=False))]  # (another order)
+    for cls, fields in cases:
+        got = assembled(cls, **dict(fields))
+        assert _same_object(got, cls.model_construct(**dict(fields))), cls
+        assert got.model_dump_json() == cls.model_construct(**dict(fields)).model_dump_json()
+
+    class Private(BaseModel):
+        a: int
+        _b: int = PrivateAttr(default=7)
+
+    got = assembled(Private, a=1)
+    assert got._b == 7 and _same_object(got, Private.model_construct(a=1))

@@ -8,7 +8,7 @@ place, so a shallow copy of a part is a faithful snapshot.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Sequence, Union
+from typing import Annotated, Any, Literal, Optional, Sequence, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -71,6 +71,34 @@ class _Model(_Displayable, BaseModel):
 
 
 _set = object.__setattr__
+
+
+_M = TypeVar("_M", bound=BaseModel)
+#: per model class: its field names in order when :func:`assembled` may build it directly (no
+#: private attributes, no extra fields kept: then what ``model_construct`` makes is the field dict
+#: and the fields set), else None
+_PLAIN: dict[type, Optional[tuple[str, ...]]] = {}
+
+
+def assembled(cls: type[_M], **fields: Any) -> _M:
+    """``cls.model_construct(**fields)`` — values already valid, no validation — without pydantic's
+    generic loop over the fields when every field is given: the same object (its fields set, no
+    extra, no private attributes), 1.3 µs against 4.3 µs for a :class:`MessageWithParts` (3.11).
+    Any other case (a field left to its default, a class with private attributes or extra fields)
+    is ``model_construct`` itself."""
+    try:
+        names = _PLAIN[cls]
+    except KeyError:
+        plain = not cls.__private_attributes__ and cls.model_config.get("extra") != "allow"
+        names = _PLAIN[cls] = tuple(cls.model_fields) if plain else None
+    if names is None or tuple(fields) != names:  # (every field, in their order: the same dict)
+        return cls.model_construct(**fields)
+    m = cls.__new__(cls)
+    _set(m, "__dict__", fields)
+    _set(m, "__pydantic_fields_set__", set(fields))
+    _set(m, "__pydantic_extra__", None)
+    _set(m, "__pydantic_private__", None)
+    return m
 
 
 def snapshot(m: BaseModel) -> Any:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Optional, Sequence
 
 from .._ids import now
 from ..errors import CompactionError, ContextWindowExceeded, ModelError
-from ..messages import AssistantMessage, CompactionPart, MessageTime, MessageWithParts, Usage, snapshot
+from ..messages import AssistantMessage, CompactionPart, MessageTime, MessageWithParts, Usage, assembled, snapshot
 from ..models.base import AssistantTurn, FinishEvent, ModelMessage, ModelRequest, TextDelta, ToolResult, UserTurn
 from ..models.pricing import add_cost, call_cost
 from ..persistence.base import Write
@@ -291,7 +291,7 @@ class Compactor:
                                    summary=True, cost=call_cost(state.agent.model, usage, t))
         part = CompactionPart(id=state.ids("prt"), session_id=state.session_id, message_id=summary.id,
                               summary=text, time=t)
-        done = MessageWithParts.model_construct(info=summary, parts=[part])
+        done = assembled(MessageWithParts, info=summary, parts=[part])
         tail = self._tail() if mid_turn else None
         writes: list[Write] = [(summary, [part], state.writer.view_of(done))]
         if tail is not None:

@@ -26,7 +26,7 @@ from typing import Any, Iterator, Optional
 from .._ids import new_id, new_ids, now
 from ..errors import CorruptRecordError, PersistenceError
 from ..messages import (UNFINISHED_MESSAGE, UNFINISHED_REASON, AssistantMessage, MessageError, MessageTime,
-                        MessageWithParts, Part, Session, SessionTime, ToolPart, snapshot)
+                        MessageWithParts, Part, Session, SessionTime, ToolPart, assembled, snapshot)
 from ..models.view import dump_view
 from ..persistence.base import Lease, MessageInfo, Persistence, Write
 from ..persistence.copies import CopyStore, IndexedMessage, Rename
@@ -193,7 +193,7 @@ def _copy_message(m: MessageWithParts, mid: str, names: Iterator[str], target: s
     info = _with(closed.info, update)
     own: list[Part] = [_with(_keyed(p), {"id": next(names), "session_id": target, "message_id": mid})
                        for p in closed.parts]
-    view = dump_view(convert(MessageWithParts.model_construct(info=info, parts=own))) if views else None
+    view = dump_view(convert(assembled(MessageWithParts, info=info, parts=own))) if views else None
     return info, own, view
 
 
@@ -227,7 +227,7 @@ def _closed(m: MessageWithParts) -> MessageWithParts:
                                            metadata={"recovered": True, "mode": "fork"})
         info = info.model_copy(update={"time": MessageTime(created=info.time.created, completed=now()),
                                        "error": error})
-    return MessageWithParts.model_construct(info=info, parts=parts)
+    return assembled(MessageWithParts, info=info, parts=parts)
 
 
 def _keyed(p: Part) -> Part:

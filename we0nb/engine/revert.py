@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from .._ids import new_id, now
-from ..messages import MessageWithParts, Session, SessionRevert, Transcript
+from ..messages import MessageWithParts, Session, SessionRevert, Transcript, assembled
 from ..persistence.base import MessageInfo, Persistence
 from .request import check_session_id
 
@@ -64,12 +64,12 @@ def mark_transcript(transcript: Transcript, include_reverted: bool = False) -> T
     """The transcript as users see it: hidden messages dropped, or all kept and marked."""
     rev = transcript.session.revert if transcript.session is not None else None
     if include_reverted:
-        marked = [MarkedMessage.model_construct(info=m.info, parts=m.parts, reverted=is_hidden(rev, m.info))
+        marked = [assembled(MarkedMessage, info=m.info, parts=m.parts, reverted=is_hidden(rev, m.info))
                   for m in transcript.messages]
-        return Transcript.model_construct(session=transcript.session, messages=marked)
+        return assembled(Transcript, session=transcript.session, messages=marked)
     if rev is None:
         return transcript
-    return Transcript.model_construct(session=transcript.session,
+    return assembled(Transcript, session=transcript.session,
                                       messages=visible_messages(transcript.session, transcript.messages))
 
 

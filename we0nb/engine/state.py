@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Protocol
 
 from .._ids import IdSequence, now
-from ..messages import MessageTime, MessageWithParts, PartTime, TextPart, Usage, UserMessage, snapshot
+from ..messages import MessageTime, MessageWithParts, PartTime, TextPart, Usage, UserMessage, assembled, snapshot
 from ..models.base import Model, ModelRequest, ToolSchema
 from ..persistence.base import Persistence
 from ..tools import AnyToolDefinition, ToolPolicy
@@ -136,7 +136,7 @@ class RunState:
         info = UserMessage(id=self.ids("msg"), session_id=sid, time=MessageTime(created=t))
         part = TextPart(id=self.ids("prt"), session_id=sid, message_id=info.id, text=text,
                         time=PartTime(start=t, end=t), synthetic=synthetic)
-        return MessageWithParts.model_construct(info=info, parts=[part])
+        return assembled(MessageWithParts, info=info, parts=[part])
 
     def add_user_message(self, m: MessageWithParts) -> None:
         """``m`` is written: it joins the history and becomes the turn's parent."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, AsyncIterator, Union
 
 from .._ids import now
 from ..errors import OutputValidationError
-from ..messages import AssistantMessage, MessageTime, MessageWithParts, StepFinishPart, StepStartPart, ToolPart, Usage
+from ..messages import AssistantMessage, assembled, MessageTime, MessageWithParts, StepFinishPart, StepStartPart, ToolPart, Usage
 from ..models.base import FinishEvent, ModelRequest
 from ..models.pricing import add_cost, call_cost
 from .abort import Aborted
@@ -36,7 +36,7 @@ async def run_step(state: "RunState", executor: "ToolExecutor",
     t0 = now()
     info = AssistantMessage(id=state.ids("msg"), session_id=sid, time=MessageTime(created=t0),
                             parent_id=state.parent_id(), model_id=agent.model.model_id)
-    msg = MessageWithParts.model_construct(info=info, parts=[])
+    msg = assembled(MessageWithParts, info=info, parts=[])
     request = state.model_request()
     state.messages.append(msg)
     start = StepStartPart(id=state.ids("prt"), session_id=sid, message_id=info.id, time=t0)

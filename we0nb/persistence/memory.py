@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 
 from .scores import ScoreRecord, ScoreStore
 from ..errors import SessionBusyError
-from ..messages import Message, MessageWithParts, Part, Session, Transcript
+from ..messages import Message, MessageWithParts, Part, Session, Transcript, assembled
 from .base import Lease, Persistence, Write, lease_owner
 from .batches import BatchInfo, BatchItem, BatchQueue, ItemCost, ItemEnd, NewItem, check_same_prompts, fingerprint
 from .columns import ColumnReader, ColumnReads
@@ -112,11 +112,11 @@ class MemoryPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
         out = []
         for mid in sorted(msgs):
             stored = msgs[mid]
-            out.append(MessageWithParts.model_construct(
+            out.append(assembled(MessageWithParts,
                 info=_MESSAGE.validate_json(stored.info),
                 parts=[_PART.validate_json(stored.parts[pid]) for pid in sorted(stored.parts)],
             ))
-        return Transcript.model_construct(session=Session.model_validate_json(session), messages=out)
+        return assembled(Transcript, session=Session.model_validate_json(session), messages=out)
 
     def column_reader(self) -> ColumnReader:
         """The frames' column reads of this store (:class:`~.memory_columns.TranscriptColumns`)."""

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Optional
 from pydantic import TypeAdapter, ValidationError
 
 from ...errors import CorruptRecordError
-from ...messages import Message, MessageWithParts, Part, Session
+from ...messages import Message, MessageWithParts, Part, Session, assembled
 
 __all__ = ["session_from_row", "build_messages", "gc_paused"]
 
@@ -104,7 +104,7 @@ def _build_slow(sid: str, mid: str, data: str, plist: list[Any], where: str) -> 
             raise CorruptRecordError(_corrupt(where, sid, mid, pid, None,
                                               f"its JSON says part {part.id!r} of message {part.message_id!r}"))
         parts.append(part)
-    return MessageWithParts.model_construct(info=info, parts=parts)
+    return assembled(MessageWithParts, info=info, parts=parts)
 
 
 def _corrupt(where: str, sid: str, mid: str, pid: Optional[str], e: Optional[ValidationError],

@@ -43,7 +43,7 @@ from typing import Any, Optional, Sequence, Union
 from sqlalchemy.engine import URL, Engine
 
 from ...errors import CorruptRecordError
-from ...messages import MessageWithParts, Session, Transcript
+from ...messages import MessageWithParts, Session, Transcript, assembled
 from ...models.base import ModelMessage
 from ...models.view import load_views
 from ..base import Lease, Persistence, RecentHistory, Write, recent_start
@@ -216,7 +216,7 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore, CopyStore
         if not srows:
             return Transcript(session=None, messages=[])
         session = session_from_row(srows[0][0], srows[0][1], self._where)
-        return Transcript.model_construct(session=session,
+        return assembled(Transcript, session=session,
                                           messages=build_messages(session_id, mrows, prows, self._where))
 
     async def load_recent(self, session_id: str) -> RecentHistory:
