@@ -84,8 +84,11 @@ def assembled(cls: type[_M], **fields: Any) -> _M:
     """``cls.model_construct(**fields)`` — values already valid, no validation — without pydantic's
     generic loop over the fields when every field is given: the same object (its fields set, no
     extra, no private attributes), 1.3 µs against 4.3 µs for a :class:`MessageWithParts` (3.11).
-    Any other case (a field left to its default, a class with private attributes or extra fields)
-    is ``model_construct`` itself."""
+    Any other case (a field left to its default, the fields in another order, a class with private
+    attributes or extra fields) is ``model_construct`` itself. (It sets the four attributes
+    :func:`snapshot` sets, written out in each: both are on a step's path, and a helper they
+    shared, one call more each, measured ~5k instructions a W2 step — callgrind, three runs of
+    each, whose spread is ~±10k.)"""
     try:
         names = _PLAIN[cls]
     except KeyError:

@@ -70,7 +70,7 @@ def mark_transcript(transcript: Transcript, include_reverted: bool = False) -> T
     if rev is None:
         return transcript
     return assembled(Transcript, session=transcript.session,
-                                      messages=visible_messages(transcript.session, transcript.messages))
+                     messages=visible_messages(transcript.session, transcript.messages))
 
 
 async def revert_session(persistence: Persistence, session_id: str, message_id: str) -> Session:

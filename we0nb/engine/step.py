@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, AsyncIterator, Union
 
 from .._ids import now
 from ..errors import OutputValidationError
-from ..messages import AssistantMessage, assembled, MessageTime, MessageWithParts, StepFinishPart, StepStartPart, ToolPart, Usage
+from ..messages import (AssistantMessage, MessageTime, MessageWithParts, StepFinishPart, StepStartPart, ToolPart,
+                        Usage, assembled)
 from ..models.base import FinishEvent, ModelRequest
 from ..models.pricing import add_cost, call_cost
 from .abort import Aborted

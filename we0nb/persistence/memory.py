@@ -112,10 +112,8 @@ class MemoryPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
         out = []
         for mid in sorted(msgs):
             stored = msgs[mid]
-            out.append(assembled(MessageWithParts,
-                info=_MESSAGE.validate_json(stored.info),
-                parts=[_PART.validate_json(stored.parts[pid]) for pid in sorted(stored.parts)],
-            ))
+            out.append(assembled(MessageWithParts, info=_MESSAGE.validate_json(stored.info),
+                                 parts=[_PART.validate_json(stored.parts[pid]) for pid in sorted(stored.parts)]))
         return assembled(Transcript, session=Session.model_validate_json(session), messages=out)
 
     def column_reader(self) -> ColumnReader:

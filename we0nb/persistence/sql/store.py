@@ -217,7 +217,7 @@ class SqlPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore, CopyStore
             return Transcript(session=None, messages=[])
         session = session_from_row(srows[0][0], srows[0][1], self._where)
         return assembled(Transcript, session=session,
-                                          messages=build_messages(session_id, mrows, prows, self._where))
+                         messages=build_messages(session_id, mrows, prows, self._where))
 
     async def load_recent(self, session_id: str) -> RecentHistory:
         """The older messages' stored model views and the recent messages as objects.
