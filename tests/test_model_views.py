@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from sql_support import backend_for, put, sqlite_raw
 from we0nb import (
-    MemoryPersistence, ScriptedModel, SqlPersistence, TextPart, We0Agent, text, tool, tool_call, user_message,
+    MemoryPersistence, ScriptedModel, SqlPersistence, TextPart, We0Agent, text, tool, tool_call, tool_calls_df,
+    user_message,
 )
 from we0nb.errors import We0Error
 from we0nb.engine.history import HistoryCache, convert, to_model_messages
@@ -212,7 +213,6 @@ async def test_schema_version_1_is_upgraded_in_place_and_still_loads(db) -> None
         await agent.invoke(mode="prompt", session_id="s", messages=[user_message(q)])
     await p.close()
     # turn the database back into what version 1 wrote: no column, no trigger, a full tool index
-    raw("DROP INDEX ix_we0_parts_tool")
     raw("CREATE INDEX ix_we0_parts_tool ON we0_parts (type, tool, status)")
     if name == "postgres":
         raw("DROP TRIGGER we0_parts_view ON we0_parts")
@@ -227,10 +227,7 @@ async def test_schema_version_1_is_upgraded_in_place_and_still_loads(db) -> None
     q = make()
     recent = await _assert_cold_start_equal(q, "s")  # opens, upgrades, loads every message as an object
     assert raw("SELECT value FROM we0_meta WHERE key = 'schema_version'") == [(str(S.SCHEMA_VERSION),)]
-    index_sql = raw("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_we0_parts_tool' "
-                        "AND schemaname = current_schema()") if name == "postgres" \
-        else raw("SELECT sql FROM sqlite_master WHERE name = 'ix_we0_parts_tool'")
-    assert len(index_sql) == 1 and "WHERE" in index_sql[0][0] and "type" not in index_sql[0][0].split("WHERE")[0]
+    assert _index_names(raw, name) == PARTS_INDEXES  # (2 made the tool index partial, 9 dropped it)
     assert recent.earlier == [] and len(recent.messages) == 4
     agent = We0Agent(ScriptedModel([[text("c")]]), persistence=q)
     await agent.invoke(mode="prompt", session_id="s", messages=[user_message("3")])
@@ -283,10 +280,52 @@ async def test_schema_version_2_is_upgraded_in_place_and_takes_long_session_ids(
     q = make()
     assert [s.id for s in await q.list_sessions()] == ["s"]  # opens and upgrades
     assert raw("SELECT value FROM we0_meta WHERE key = 'schema_version'") == [(str(S.SCHEMA_VERSION),)]
-    assert S.SCHEMA_VERSION == 8  # (4: the batch tables; 5: PostgreSQL's static part trigger; 6: the claim index;
-    # 7: the claim token; 8: the scores table)
+    assert S.SCHEMA_VERSION == 9  # (4: the batch tables; 5: PostgreSQL's static part trigger; 6: the claim index;
+    # 7: the claim token; 8: the scores table; 9: no tool index)
     assert len((await q.load_recent("s")).earlier) == 1  # the views of version 2 are still used
     await _assert_long_session_ids_work(q, raw, name)
+    await q.close()
+
+
+#: the indexes of we0_parts since schema 9: its key, and the session's
+PARTS_INDEXES = ["ix_we0_parts_session"]
+
+
+def _index_names(raw, name: str) -> list[str]:
+    """The named indexes of we0_parts (not the key's own)."""
+    if name == "postgres":
+        rows = raw("SELECT indexname FROM pg_indexes WHERE tablename = 'we0_parts' AND schemaname = current_schema()")
+    else:
+        rows = raw("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'we0_parts'")
+    return sorted(r[0] for r in rows if r[0].startswith("ix_"))
+
+
+@tool(side_effects=False)
+def echo(x: int) -> str:
+    return str(x)
+
+
+async def test_schema_version_8_loses_its_tool_index_and_its_tool_calls_still_read(db) -> None:
+    """Schema 9: a tool part write no longer maintains a tool index (no query used it); a
+    database of schema 8 has its index dropped on opening, and reads and writes on."""
+    make, raw, name = db
+    p = make()
+    agent = We0Agent(ScriptedModel([[tool_call("echo", {"x": 1})], [text("a")]]), tools=[echo], persistence=p)
+    await agent.invoke(mode="prompt", session_id="s", messages=[user_message("1")])
+    await p.close()
+    assert _index_names(raw, name) == PARTS_INDEXES  # a new database never has it
+    raw("CREATE INDEX ix_we0_parts_tool ON we0_parts (tool, status) WHERE type = 'tool'")  # what 8 had
+    raw("UPDATE we0_meta SET value = '8' WHERE key = 'schema_version'")
+
+    q = make()
+    assert [s.id for s in await q.list_sessions()] == ["s"]  # opens and upgrades
+    assert _index_names(raw, name) == PARTS_INDEXES
+    assert raw("SELECT value FROM we0_meta WHERE key = 'schema_version'") == [(str(S.SCHEMA_VERSION),)]
+    agent = We0Agent(ScriptedModel([[tool_call("echo", {"x": 2})], [text("b")]]), tools=[echo], persistence=q)
+    await agent.invoke(mode="prompt", session_id="s", messages=[user_message("2")])
+    calls = await asyncio.to_thread(tool_calls_df, q, "s")  # (a blocking read, off the loop)
+    assert list(calls["tool"]) == ["echo", "echo"] and list(calls["status"]) == ["completed", "completed"]
+    assert list(calls["output"]) == ["1", "2"]
     await q.close()
 
 

@@ -266,10 +266,7 @@ class SqlReader(ColumnReader):
                       _Doc("attachments", _array_length(self.dialect, T.parts.c.data, ("state", "attachments")),
                            attachment_count, True)]
             q.finish, q.finished = tool_call_columns, list(TOOL_CALL_NAMES)
-            # ``type || ''`` keeps SQLite from walking ix_we0_parts_tool and looking rows up in
-            # index order (random reads): a sequential scan is ~1.5x cheaper; a session filter
-            # still uses the session index, and PostgreSQL plans it the same way
-            q.where.append(p.c.type.concat("") == "tool")
+            q.where.append(p.c.type == "tool")  # a scan of the table; a session filter uses its index
         else:
             q.flat.append(("type", p.c.type))
             text, summary = self._extract(("text",)), self._extract(("summary",))

@@ -147,11 +147,9 @@ def upgrade(version: int, dialect: str) -> list[str]:
     """The statements that bring a database at schema ``version`` to :data:`~.tables.SCHEMA_VERSION`."""
     d = _dialect(dialect)
     out: list[str] = []
-    if version < 2:  # 1 → 2: the model-view cache; the tool index made partial
+    if version < 2:  # 1 → 2: the model-view cache (2 also made the tool index partial; 9 drops it)
         out.append("ALTER TABLE we0_messages ADD COLUMN model_view TEXT")
         out.extend(triggers(dialect))
-        out.append("DROP INDEX IF EXISTS ix_we0_parts_tool")
-        out.append(str(CreateIndex(_index(S.parts, "ix_we0_parts_tool")).compile(dialect=d)))
     if version < 3 and dialect == "postgresql":  # 2 → 3: session ids up to SESSION_ID_MAX characters
         for table, name in _SESSION_ID_COLUMNS:
             out.append(f"ALTER TABLE {table.name} ALTER COLUMN {name} TYPE {table.c[name].type.compile(dialect=d)}")
@@ -170,6 +168,8 @@ def upgrade(version: int, dialect: str) -> list[str]:
         out.append(f"ALTER TABLE we0_batch_items ADD COLUMN{exists} claim VARCHAR(64)")
     if version < 8:  # → 8: the scores table (IF NOT EXISTS: whatever the version it came in)
         out.append(str(CreateTable(S.scores, if_not_exists=True).compile(dialect=d)))
+    if version < 9:  # → 9: no tool index (no query used it; every tool part write maintained it)
+        out.append("DROP INDEX IF EXISTS ix_we0_parts_tool")
     return out
 
 
