@@ -4,10 +4,10 @@ Why not ``asyncio.to_thread``: it goes through the loop's default ``ThreadPoolEx
 whose worker, once the function has returned, settles a ``concurrent.futures.Future``, runs
 its callbacks (one of them wakes the loop) and its own bookkeeping: Python that wants the GIL
 back just as the woken loop runs the step's end. A SQLite store's calls release the GIL, so
-the two threads then hand it back and forth, each handover a wake-up of a sleeping thread
-(W3 of ``shared/BENCH.md`` with a sync tool: 0.63–0.65 ms a step through ``to_thread``,
-0.55–0.57 through these workers; in memory 0.28–0.29 and 0.26). Here a worker marks itself
-idle, wakes the loop and waits for its next call.
+the two threads then hand it back and forth, each handover a wake-up of a sleeping thread.
+Here a worker marks itself idle, wakes the loop and waits for its next call (``shared/BENCH.md``'s
+W2 with a sync tool: 0.298 → 0.270 ms a step; W3 on SQLite 0.59–0.66 → 0.55–0.60: the docs'
+performance page).
 
 As the default executor does: at most ``min(32, cpus + 4)`` threads, started as calls need
 them; each call runs in a copy of its caller's context (a tracing span, a contextvar); at
