@@ -124,6 +124,8 @@ def _child(out: "multiprocessing.Queue[str]") -> None:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="fork is POSIX's")
+# (Python 3.12+ warns of any fork in a process with threads: forking one that has workers is the case here)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_gets_workers_of_its_own() -> None:
     @tool(side_effects=False)
     def warm() -> str:
