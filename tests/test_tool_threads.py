@@ -26,6 +26,11 @@ def _agent(steps: list, tools: list) -> We0Agent:
     return We0Agent(ScriptedModel(steps), tools=tools, persistence=MemoryPersistence())
 
 
+async def _states(agent: We0Agent, sid: str) -> list:
+    """The session's tool calls' states, in order."""
+    return [p.state for m in (await agent.transcript(sid)).messages for p in m.tool_parts]
+
+
 async def test_a_sync_tool_runs_on_a_worker_thread_in_its_callers_context() -> None:
     seen: list = []
 
@@ -42,8 +47,7 @@ async def test_a_sync_tool_runs_on_a_worker_thread_in_its_callers_context() -> N
     thread, request = seen[0]
     assert thread is not threading.current_thread() and thread.name.startswith("we0nb-tool-")
     assert request == "req-7" and REQUEST.get() == "req-7"
-    parts = [p for m in (await agent.transcript("s")).messages for p in m.tool_parts]
-    assert [p.state.output for p in parts] == ["ran 1"]
+    assert [s.output for s in await _states(agent, "s")] == ["ran 1"]
 
 
 async def test_sync_tools_of_concurrent_runs_run_at_once_and_their_errors_are_theirs() -> None:
@@ -61,7 +65,7 @@ async def test_sync_tools_of_concurrent_runs_run_at_once_and_their_errors_are_th
     async def one(sid: str, name: str) -> object:
         agent = _agent([[tool_call(name, {"n": 1})], [text("done")]], [meet, fail])
         await agent.invoke(session_id=sid, messages=[user_message("go")])
-        return [p.state for m in (await agent.transcript(sid)).messages for p in m.tool_parts][0]
+        return (await _states(agent, sid))[0]
 
     states = await asyncio.gather(one("a", "meet"), one("b", "meet"), one("c", "meet"), one("d", "fail"))
     assert [s.status for s in states] == ["completed", "completed", "completed", "error"]
@@ -104,10 +108,10 @@ def test_an_abort_does_not_wait_for_a_sync_tool_and_its_late_answer_harms_nothin
     async def next_run() -> str:
         other = _agent([[tool_call("again", {})], [text("done")]], [again])
         await other.invoke(session_id="t", messages=[user_message("go")])
-        return [p.state.output for m in (await other.transcript("t")).messages for p in m.tool_parts][0]
+        return (await _states(other, "t"))[0].output
 
     assert asyncio.run(next_run()) == "again"
-    assert asyncio.run(agent.transcript("s")).messages[-1].tool_parts[0].state.status == "running"
+    assert [s.status for s in asyncio.run(_states(agent, "s"))] == ["running"]
 
 
 def _child(out: "multiprocessing.Queue[str]") -> None:
@@ -118,7 +122,7 @@ def _child(out: "multiprocessing.Queue[str]") -> None:
     async def run() -> str:
         agent = _agent([[tool_call("ping", {})], [text("done")]], [ping])
         await agent.invoke(session_id="s", messages=[user_message("go")])
-        return [p.state.output for m in (await agent.transcript("s")).messages for p in m.tool_parts][0]
+        return (await _states(agent, "s"))[0].output
 
     out.put(asyncio.run(run()))
 
