@@ -14,6 +14,7 @@ interrupted: exactly once.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
@@ -25,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ._json import deep_message, too_deep
 from ._text import clean
-from ._threads import run_in_thread
 
 __all__ = ["ToolDefinition", "AnyToolDefinition", "ToolPolicy", "tool", "ToolInputError", "ToolOutputError",
            "ToolError", "ToolReturn", "ToolContext", "Reconciled", "ReconcileFunction", "to_output",
@@ -257,7 +257,7 @@ class ToolDefinition(Generic[R]):
             kwargs = {**kwargs, self.context_param: context}
         if self.is_async:
             return await self.function(**kwargs)  # type: ignore[misc]
-        return await run_in_thread(self.function, **kwargs)  # (not asyncio.to_thread: see _threads)
+        return await asyncio.to_thread(self.function, **kwargs)
 
     async def execute(self, data: Any) -> str:
         """Validate ``data``, run the function and convert the result (the engine splits these

@@ -17,7 +17,6 @@ import inspect
 from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 
 from .._ids import now
-from .._threads import run_in_thread
 from ..messages import (ToolPart, ToolStateCompleted, ToolStateError, ToolStatePending, ToolStateRunning, ToolTime,
                         snapshot)
 from ..tools import (AnyToolDefinition, Reconciled, ToolContext, ToolError, ToolInputError, ToolOutputError,
@@ -286,7 +285,7 @@ class ToolExecutor:
             if inspect.iscoroutinefunction(fn):
                 pending: Any = fn(ctx, dict(tp.state.input))
             else:
-                pending = run_in_thread(fn, ctx, dict(tp.state.input))  # (as a sync tool runs)
+                pending = asyncio.to_thread(fn, ctx, dict(tp.state.input))
             answer = await scope.wait(asyncio.wait_for(pending, policy.reconcile_timeout))
             if inspect.isawaitable(answer):  # (a sync function that returned a coroutine)
                 answer = await scope.wait(asyncio.wait_for(answer, policy.reconcile_timeout))
