@@ -131,6 +131,30 @@ async def test_abort_between_steps():
     assert r.text == "second step" and len(model.requests) == 2
 
 
+@pytest.mark.parametrize("mode", ["resume", "prompt"])
+async def test_abort_set_on_a_recovery_event_calls_no_model(mode):
+    agent, model = agent_with([[text(["one ", "two"])], [text("second")], [text("third")]])
+    abort = asyncio.Event()
+    with pytest.raises(asyncio.CancelledError):
+        async for ev in agent.stream(abort=abort, session_id=SID, messages=[user_message("hi")]):
+            if ev["type"] == "text-delta":
+                abort.set()
+    before = (await agent.transcript(SID)).model_dump_json()
+    abort, kinds = asyncio.Event(), []
+    more = {"messages": [user_message("again")]} if mode == "prompt" else {}
+    with pytest.raises(asyncio.CancelledError):
+        async for ev in agent.stream(abort=abort, mode=mode, session_id=SID, **more):
+            kinds.append(ev["type"])
+            if ev["type"] == "recovery":
+                abort.set()  # the message was closed: stop here, before any step
+    assert "recovery" in kinds and "step-start" not in kinds
+    assert len(model.requests) == 1
+    t = await agent.transcript(SID)
+    assert t.model_dump_json() != before and t.messages[1].info.error.reason == "UnfinishedAssistantMessage"
+    # no new step's message; a prompt's own message is kept (a resume answers it)
+    assert [m.info.role for m in t.messages] == ["user", "assistant"] + (["user"] if mode == "prompt" else [])
+
+
 async def test_prompt_after_abort_interrupts_instead_of_recalling():
     ran = []
 
@@ -184,6 +208,38 @@ async def test_breaking_out_of_stream_persists_and_releases_the_session():
     assert a.info.time.completed is None and a.text == "a"
     r = await agent.invoke(mode="resume", session_id=SID)  # lease was released
     assert r.text == "done"
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_resume_right_after_breaking_out_of_stream_finds_the_session_free(kind, tmp_path):
+    # no aclose(): Python closes the abandoned generator on the loop's next turns, and until then
+    # the run held its lease (MemoryPersistence answered SessionBusyError at once)
+    from we0nb import SqlPersistence
+    from we0nb.engine import left
+
+    p = MemoryPersistence() if kind == "memory" else SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}")
+    agent = We0Agent(ScriptedModel([[text(["a", "b", "c"])], [text("done")]]), persistence=p)
+    async for ev in agent.stream(session_id=SID, messages=[user_message("hi")]):
+        if ev["type"] == "text-delta":
+            break
+    r = await agent.invoke(mode="resume", session_id=SID)
+    assert r.text == "done"
+    t = await agent.transcript(SID)
+    assert t.messages[1].text == "a" and t.messages[1].info.error.reason == "UnfinishedAssistantMessage"
+    assert left._closing == {}  # (nothing kept once the left run let go)
+
+
+async def test_a_session_held_by_a_live_run_is_still_busy():
+    from we0nb import SessionBusyError
+
+    agent, model = agent_with([[text(["a", "b", "c"])], [text("done")]])
+    stream = agent.stream(session_id=SID, messages=[user_message("hi")])
+    async for ev in stream:
+        if ev["type"] == "text-delta":
+            break  # (the stream is kept: its run is alive, not left)
+    with pytest.raises(SessionBusyError):
+        await agent.invoke(mode="resume", session_id=SID)
+    await stream.aclose()
 
 
 async def test_external_task_cancellation_also_persists():

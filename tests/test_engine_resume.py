@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from we0nb import MemoryPersistence, ScriptedModel, ToolStateCompleted, ToolStateError, We0Agent, text, user_message
+from we0nb import MemoryPersistence, ScriptedModel, SqlPersistence, ToolStateCompleted, ToolStateError, We0Agent, text, user_message
 
 from enginekit import Log, assert_paired, make_tools, seed, state, tool_parts
 
@@ -170,17 +170,29 @@ async def test_resume_on_empty_persistence_does_nothing():
     result = await agent.invoke(abort=asyncio.Event(), mode="resume", session_id="ses_nothing")
     assert result.result == "stop" and result.text == ""
     assert model.requests == []
-    assert (await agent.transcript("ses_nothing")).messages == []
+    t = await agent.transcript("ses_nothing")
+    assert t.messages == [] and t.session is None  # (not even the session's row: it writes nothing)
 
 
 async def test_resume_on_a_finished_session_calls_no_model_and_writes_nothing():
     agent, model, log, p = build([[text("the answer")]])
     await agent.invoke(session_id=SID, messages=[user_message("q")])
-    before = (await agent.transcript(SID)).model_dump_json(exclude={"session"})
+    before = (await agent.transcript(SID)).model_dump_json()
     result = await agent.invoke(mode="resume", session_id=SID)
     assert result.result == "stop" and result.text == "the answer"
     assert len(model.requests) == 1
-    assert (await agent.transcript(SID)).model_dump_json(exclude={"session"}) == before
+    assert (await agent.transcript(SID)).model_dump_json() == before  # (the session's times too)
+
+
+async def test_resume_that_writes_nothing_leaves_a_sqlite_database_as_it_was(tmp_path):
+    db = SqlPersistence(f"sqlite:///{tmp_path / 'we0.db'}")
+    agent = We0Agent(ScriptedModel([[text("the answer")]]), persistence=db)
+    await agent.invoke(session_id=SID, messages=[user_message("q")])
+    before = (await agent.transcript(SID)).model_dump_json()
+    assert (await agent.invoke(mode="resume", session_id=SID)).result == "stop"
+    assert (await agent.invoke(mode="resume", session_id="ses_elsewhere")).result == "stop"
+    assert (await agent.transcript(SID)).model_dump_json() == before
+    assert [s.id for s in await db.list_sessions()] == [SID]
 
 
 async def test_resume_after_a_step_whose_results_the_model_has_not_seen():

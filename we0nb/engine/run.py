@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Callable, Optional
 
 from .._ids import now
 from .._text import clean
-from ..errors import MaxStepsExceeded, ModelError
+from ..errors import MaxStepsExceeded, ModelError, SessionBusyError
 from ..messages import (
     UNFINISHED_MESSAGE,
     UNFINISHED_REASON,
@@ -43,6 +43,7 @@ from .compaction import Compactor
 from .events import Event
 from .executor import ToolExecutor
 from .history import HistoryCache
+from .left import closed, closing, wait_for_left_run
 from .observe import observer_for
 from .output import OutputChecker
 from .processor import ModelStream
@@ -113,6 +114,8 @@ class Run:
         #: a pipelined run's lease release, under way once the run has ended (None: not started,
         #: or released before the run ended)
         self.released: Optional["asyncio.Future[None]"] = None
+        #: set while the run's consumer has left it and it is closing (see :mod:`.left`)
+        self._left: Optional["asyncio.Future[None]"] = None
         self._stored: Optional[Session] = None  # the session as read with the lease
         held = options.held
         if held is not None and held[0].run_id != request.run_id:
@@ -205,6 +208,8 @@ class Run:
                 raise ended from None
             except (asyncio.CancelledError, GeneratorExit) as exc:
                 ended = exc
+                if isinstance(exc, GeneratorExit) and lease is not None:  # (its consumer left: see .left)
+                    self._left = closing(self.p, self.req.session_id)
                 scope.uncancel()
                 if not writer.lost:
                     await asyncio.shield(writer.persist_interrupted())
@@ -235,7 +240,12 @@ class Run:
         if held is not None:
             lease, self._stored = held
         else:
-            lease, self._stored = await self.p.lease_and_session(req.session_id, req.run_id)
+            try:
+                lease, self._stored = await self.p.lease_and_session(req.session_id, req.run_id)
+            except SessionBusyError:
+                if not await wait_for_left_run(self.p, req.session_id):
+                    raise
+                lease, self._stored = await self.p.lease_and_session(req.session_id, req.run_id)
         scope = AbortScope(req.abort)
         scope.start()
         writer = Writer(self.p, lease, self.agent.flush_interval, pipelined=self.pipelined)
@@ -249,10 +259,17 @@ class Run:
         self.state.writer.stop_flush_clock()
         if lease is None:
             return
+        left = self._left
         if self.pipelined:
             self.released = asyncio.ensure_future(lease.release())
-        else:
+            if left is not None:
+                self.released.add_done_callback(lambda _: closed(self.p, self.req.session_id, left))
+            return
+        try:
             await lease.release()  # (in this task: a store that answers at once costs no trip through the loop)
+        finally:
+            if left is not None:
+                closed(self.p, self.req.session_id, left)
 
     async def _salvage(self, exc: BaseException) -> None:
         """A run that fails: write what it produced (a held step end, dirty parts), unless the
@@ -286,6 +303,7 @@ class Run:
                 async for ev in self._recover("resume", executor):
                     recovered = True
                     yield ev
+                state.scope.check()  # (an abort set while recovery's events were read: no step)
             if executor.awaiting:  # a person decides first: no model call until then
                 break
             if not self._needs_step(recovered, output):
@@ -316,7 +334,8 @@ class Run:
                 break
         if self.options.after_last_call is not None:
             self.options.after_last_call()
-        self._touch_session(session)
+        if writer.writes_anything():  # (a run that wrote nothing, e.g. a resume of a finished turn, leaves the session alone)
+            self._touch_session(session)
         for ev in await writer.commit_held():  # (the held step end, with the session's row)
             yield ev
         self.result = self._result(compactor.compacted, executor.awaiting)
@@ -350,7 +369,8 @@ class Run:
         first = self.req.messages[0].text.strip() if self.req.messages else ""
         title = first.splitlines()[0][:80] if first else ""
         s = Session(id=self.req.session_id, title=title, time=SessionTime(created=t, updated=t))
-        self.state.writer.hold_session(s)  # (written with the run's first commit)
+        if self.req.mode == "prompt":  # (a resume of a session the store does not hold writes nothing)
+            self.state.writer.hold_session(s)  # (written with the run's first commit)
         return s, True
 
     async def _load(self, session: Session, created: bool) -> None:

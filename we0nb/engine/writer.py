@@ -77,6 +77,8 @@ class Writer:
         self._soon: list[tuple[list[Write], Optional[Session]]] = []
         #: the task sending ``_soon``, until it has been waited for (:meth:`settle`)
         self._pending: Optional["asyncio.Future[None]"] = None
+        #: a message or part has been collected for a commit (what :meth:`writes_anything` reads)
+        self._wrote = False
 
     # ------------------------------------------------------------------ commits
 
@@ -177,6 +179,8 @@ class Writer:
         if message is not None or parts:
             writes.append((message, parts, self.view_of(final) if final is not None else None))
         writes.extend(then)
+        if writes:
+            self._wrote = True
         session, self._session = self._session, None
         return writes, session
 
@@ -194,6 +198,11 @@ class Writer:
 
     async def _commit(self, writes: list[Write], session: Optional[Session]) -> None:
         await self.p.commit(writes, lease=self.lease, session=session)
+
+    def writes_anything(self) -> bool:
+        """Whether the run has written a message or a part, or holds one for its next commit
+        (the session's row aside): a run that writes nothing leaves the session as it was."""
+        return self._wrote or bool(self._held) or bool(self.dirty)
 
     def hold_session(self, session: Session) -> None:
         """Write the session's row with the next commit (the run holds its lease: no other writer)."""
