@@ -121,3 +121,37 @@ def test_agent_constructor_errors():
         We0Agent(ScriptedModel([]), max_steps=0)
     with pytest.raises(TypeError, match="is not a tool"):
         We0Agent(ScriptedModel([]), tools=[42])
+
+
+def test_agent_texts_and_output_types_of_the_wrong_kind_are_named():
+    class NotAModel:
+        pass
+
+    for bad in (5, ["be brief", "be kind"]):
+        with pytest.raises(TypeError, match=r"system_prompt=\.\.\.\): expected a string or None"):
+            We0Agent(ScriptedModel([]), system_prompt=bad)
+    with pytest.raises(TypeError, match=r"output_tool_name=\.\.\.\): expected a non-empty string"):
+        We0Agent(ScriptedModel([]), output_type=dict, output_tool_name="")
+    for bad in (5, NotAModel, object()):  # (pydantic cannot make a schema of these: its own error was raised)
+        with pytest.raises(TypeError, match=r"output_type=\.\.\.\): expected a pydantic model, dataclass or "
+                                            r"TypedDict .*, got "):
+            We0Agent(ScriptedModel([]), output_type=bad)
+
+
+def test_script_items_and_function_replies_of_the_wrong_kind_are_named():
+    from we0nb import FunctionModel, ModelError
+    from we0nb.testing import reasoning
+
+    for bad in (5, None, b"bytes"):
+        with pytest.raises(TypeError, match=r"text\(\)/reasoning\(\): expected a string or a list of string deltas"):
+            text(bad)
+        with pytest.raises(TypeError, match="expected a string or a list of string deltas"):
+            reasoning(bad)
+
+    def generator(request):
+        yield text("from a generator")
+
+    assert asyncio.run(We0Agent(FunctionModel(generator)).invoke(messages=[user_message("x")])).text == \
+        "from a generator"
+    with pytest.raises(ModelError, match="FunctionModel: the function returned NoneType; return a string"):
+        asyncio.run(We0Agent(FunctionModel(lambda request: None)).invoke(messages=[user_message("x")]))

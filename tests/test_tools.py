@@ -1,11 +1,12 @@
 """Tools: decorator forms, policy defaults, input validation, sync off the loop, output conversion."""
 
+import functools
 import threading
 
 import pytest
 from pydantic import BaseModel
 
-from we0nb import AnyToolDefinition, ToolDefinition, tool
+from we0nb import AnyToolDefinition, ScriptedModel, ToolDefinition, We0Agent, text, tool, tool_call, user_message
 from we0nb.tools import ToolInputError, to_output
 
 
@@ -84,3 +85,44 @@ def test_bad_definitions():
             pass
     with pytest.raises(TypeError, match="True or False"):
         tool(side_effects="no")
+
+
+def test_definitions_a_tool_could_never_be_called_with_are_refused_by_name():
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    def first(a: int, /, b: int) -> int:
+        return a
+
+    class Adder:
+        def __call__(self, a: int, b: int) -> int:
+            return a + b
+
+    with pytest.raises(TypeError, match="positional-only") as info:
+        tool(first)  # a tool is called with keyword arguments: 'a' could never be passed
+    assert "'a'" in str(info.value) and "remove the '/'" in str(info.value)
+    with pytest.raises(TypeError, match="positional-only"):
+        tool(len)  # a builtin: len(obj, /)
+    with pytest.raises(TypeError, match="a functools.partial has no name of its own; pass name="):
+        tool(functools.partial(add, b=1))
+    with pytest.raises(TypeError, match="an object of class Adder has no name of its own; pass name="):
+        tool(Adder())
+    for bad in (5, "", "  "):
+        with pytest.raises(TypeError, match="name must be a non-empty string"):
+            tool(add, name=bad)
+    with pytest.raises(TypeError, match="description must be a string, got int"):
+        tool(add, description=3)
+    assert tool(functools.partial(add, b=1), name="inc").input_model.model_fields.keys() == {"a", "b"}
+
+
+async def test_an_object_with_an_async_call_method_is_an_async_tool():
+    class AsyncAdder:
+        async def __call__(self, a: int, b: int) -> int:
+            return a + b
+
+    t = tool(AsyncAdder(), name="add")
+    assert t.is_async  # (run on the loop, awaited: not a coroutine object returned from a thread)
+    agent = We0Agent(ScriptedModel([[tool_call("add", {"a": 1, "b": 2})], [text("ok")]]), tools=[t])
+    await agent.invoke(session_id="ses_add", messages=[user_message("add")])
+    call = (await agent.transcript("ses_add")).messages[1].tool_parts[0]
+    assert call.state.status == "completed" and call.state.output == "3"

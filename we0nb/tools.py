@@ -296,7 +296,11 @@ def _is_context(ann: Any) -> bool:
 
 def _input_model(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], Optional[str]]:
     """The model of the arguments the model gives, and the parameter taking the context."""
-    sig = inspect.signature(fn)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError) as e:  # (a builtin without a signature)
+        raise TypeError(f"Tool {name!r}: its parameters cannot be read ({e}); wrap it in a def "
+                        f"with named, annotated parameters.") from None
     try:
         hints = get_type_hints(fn)
     except Exception:  # unresolved forward references: fall back to the raw annotations
@@ -306,6 +310,9 @@ def _input_model(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], Op
     for pname, param in sig.parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"Tool {name!r}: *args/**kwargs are not supported; name every parameter.")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise TypeError(f"Tool {name!r}: parameter {pname!r} is positional-only, but a tool is called "
+                            f"with keyword arguments; remove the '/' (or wrap the function in a def).")
         ann = hints.get(pname, param.annotation)
         if _is_context(ann) or _is_context(param.annotation):
             if context is not None:
@@ -354,6 +361,10 @@ def tool(fn: Optional[Callable[..., Any]] = None, /, *, name: Optional[str] = No
     """
     check_policy(side_effects=side_effects, blocks_on_error=blocks_on_error,
                  requires_approval=requires_approval, idempotent=idempotent, reconcile=reconcile)
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise TypeError(f"tool(): name must be a non-empty string, got {name!r}.")
+    if description is not None and not isinstance(description, str):
+        raise TypeError(f"tool(): description must be a string, got {type(description).__name__}.")
 
     def build(f: Callable[..., Any]) -> AnyToolDefinition:
         if isinstance(f, ToolDefinition):
@@ -362,8 +373,12 @@ def tool(fn: Optional[Callable[..., Any]] = None, /, *, name: Optional[str] = No
             raise TypeError(f"tool() expects a function, got {type(f).__name__}.")
         tool_name = name or getattr(f, "__name__", None)
         if not tool_name or tool_name == "<lambda>":
-            raise TypeError("tool(): a lambda has no name; pass name='...'.")
+            what = ("a lambda" if tool_name == "<lambda>" else "a functools.partial"
+                    if isinstance(f, functools.partial) else f"an object of class {type(f).__name__}")
+            raise TypeError(f"tool(): {what} has no name of its own; pass name='...'.")
         target = f.func if isinstance(f, functools.partial) else f
+        if not inspect.isroutine(target) and not inspect.isclass(target):  # (an object with __call__)
+            target = type(target).__call__
         input_model, context = _input_model(f, tool_name)
         return ToolDefinition(
             name=tool_name,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Sequence
 
-from pydantic import TypeAdapter
+from pydantic import PydanticUserError, TypeAdapter
 
 from ..messages import Session, ToolPart, Transcript
 from ..models.base import Model, ToolSchema
@@ -85,6 +85,7 @@ class We0Agent:
                 f"Persistence, got {type(persistence).__name__}."
             )
         _check_options(max_steps, output_retries, flush_interval, compaction_threshold, compaction_prompt)
+        _check_texts(system_prompt, output_tool_name)
         _check_tracing(tracer_provider, capture_content)
         self.model = model
         static, sources = _tool_table(tools)
@@ -346,6 +347,14 @@ def _check_options(max_steps: Any, output_retries: Any, flush_interval: Any, com
         raise ValueError("We0Agent(compaction_prompt=...): expected a non-empty string or None.")
 
 
+def _check_texts(system_prompt: Any, output_tool_name: Any) -> None:
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise TypeError(f"We0Agent(system_prompt=...): expected a string or None, got {type(system_prompt).__name__}"
+                        " (join several instructions into one string).")
+    if not isinstance(output_tool_name, str) or not output_tool_name.strip():
+        raise TypeError(f"We0Agent(output_tool_name=...): expected a non-empty string, got {output_tool_name!r}.")
+
+
 def _check_tracing(tracer_provider: Any, capture_content: Any) -> None:
     if tracer_provider is not None and not callable(getattr(tracer_provider, "get_tracer", None)):
         raise TypeError("We0Agent(tracer_provider=...): expected an OpenTelemetry TracerProvider (something with "
@@ -355,11 +364,13 @@ def _check_tracing(tracer_provider: Any, capture_content: Any) -> None:
 
 
 def _output_schema(output_type: Any) -> tuple[TypeAdapter[Any], dict[str, Any]]:
-    adapter: TypeAdapter[Any] = TypeAdapter(output_type)
-    schema = adapter.json_schema()
+    expected = ("We0Agent(output_type=...): expected a pydantic model, dataclass or TypedDict "
+                "(something that is a JSON object)")
+    try:
+        adapter: TypeAdapter[Any] = TypeAdapter(output_type)
+        schema = adapter.json_schema()
+    except (PydanticUserError, TypeError) as e:  # (5, an object, a class pydantic cannot describe)
+        raise TypeError(f"{expected}, got {output_type!r} ({type(e).__name__}).") from None
     if schema.get("type") != "object":
-        raise TypeError(
-            "We0Agent(output_type=...): expected a pydantic model, dataclass or TypedDict "
-            "(something that is a JSON object)."
-        )
+        raise TypeError(f"{expected}.")
     return adapter, schema

@@ -81,9 +81,9 @@ ScriptItem = Union[_Text, _Reasoning, _ToolCall, _Output, _Usage, _Fail]
 def _split(content: Union[str, Sequence[str]]) -> tuple[str, ...]:
     if isinstance(content, str):
         return tuple(_WORDS.findall(content)) or ("",)
-    deltas = tuple(content)
-    if not all(isinstance(d, str) for d in deltas):
-        raise TypeError("text(): expected a string or a list of string deltas.")
+    deltas = tuple(content) if isinstance(content, (list, tuple)) else None
+    if deltas is None or not all(isinstance(d, str) for d in deltas):
+        raise TypeError(f"text()/reasoning(): expected a string or a list of string deltas, got {content!r:.80}.")
     return deltas
 
 
@@ -244,5 +244,9 @@ class FunctionModel(Model):
             reply = [reply]
         if isinstance(reply, str):
             reply = [text(reply)]
+        if not hasattr(reply, "__iter__") or isinstance(reply, (bytes, dict)):
+            raise TypeError(f"FunctionModel: the function returned {type(reply).__name__}; return a string, a "
+                            "script item (text(), tool_call(), output() ...), a list (or iterator) of them, an "
+                            "awaitable of one, or an async iterator of items.")
         async for event in _play(list(reply), request, self.delay):
             yield event
