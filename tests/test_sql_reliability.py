@@ -324,3 +324,17 @@ async def test_a_nul_in_a_session_id_is_a_persistence_error_on_postgres(sql: Bac
     with pytest.raises(PersistenceError, match="NUL") as err:
         await p.get_session("ses_" + NUL)
     assert err.value.__cause__ is not None
+
+
+@pytest.mark.parametrize("url", ["sqlite:///{tmp}/no_such_folder/we0.db",
+                                 pytest.param("postgresql://postgres@127.0.0.1:1/test", marks=pytest.mark.postgres)])
+def test_a_database_that_cannot_be_reached_is_one_error_and_no_warning(url, tmp_path, caplog) -> None:
+    # a run that could not take its lease (nothing was written) tried to delete the lease row
+    # anyway, and logged that this failed too: the same failure twice
+    if url.startswith("postgresql"):
+        pytest.importorskip("psycopg")  # (imported here, off the loop: the guard would see the import)
+    agent = We0Agent(ScriptedModel([[text("hi")]]), persistence=SqlPersistence(url.format(tmp=tmp_path)))
+    with caplog.at_level(logging.WARNING, logger="we0nb"):
+        with pytest.raises(PersistenceError, match="Cannot (open|reach) the"):
+            asyncio.run(agent.invoke(messages=[user_message("hi")]))
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

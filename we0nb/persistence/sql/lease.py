@@ -112,31 +112,37 @@ class SqlLeases:
         to take over) takes the usual path, and the read is made again once the lease is held.
         """
         owner = lease_owner(run_id)[:256]
+        inserted = False  # (whether the insert may have been written: then a failure deletes it)
         try:
             if self.db.dialect == "sqlite":  # the insert with the pass's other writes, then the read
-                won, rows = await write_together(self.db, q.LEASE_INSERT, self._new_row(session_id, run_id, owner)), []
+                won = await write_together(self.db, q.LEASE_INSERT, self._new_row(session_id, run_id, owner))
+                inserted, rows = bool(won), []  # (a failed transaction wrote nothing)
                 if won:
                     rows = await self.db.fetchall(*read)
             else:
+                inserted = True  # (an answer lost on the way back: the insert may have committed)
                 won, rows = await self.db.run([(q.LEASE_INSERT, self._new_row(session_id, run_id, owner), False),
                                                (read[0], read[1], True)])
         except BaseException as e:
-            if not (isinstance(e, PersistenceError) and is_readonly_error(e)):  # (read-only: nothing was written)
-                await self._drop(session_id, owner)  # (the insert may have won before the read failed)
+            if inserted and not (isinstance(e, PersistenceError) and is_readonly_error(e)):  # (read-only: nothing written)
+                await self._drop(session_id, owner, e)  # (the insert may have won before the read failed)
             raise
         if won == 1:
             return self._held(session_id, run_id, owner), rows
         lease = await self.acquire(session_id, run_id)
         return lease, await self.db.fetchall(*read)
 
-    async def _drop(self, session_id: str, owner: str) -> None:
+    async def _drop(self, session_id: str, owner: str, cause: BaseException) -> None:
         """Delete ``owner``'s lease row if there is one, keeping the error under way (the lease
         then expires by itself, and this process's own runs take it over at once)."""
         try:
             # (with the pass's writes, as the insert: after it, when it is still queued)
             await asyncio.shield(write_together(self.db, q.LEASE_RELEASE, {"sid": session_id, "holder": owner}))
         except BaseException as e:  # (on purpose: the caller raises its own error)
-            log.warning("could not delete the lease row of session %r: %s: %s", session_id, type(e).__name__, e)
+            # the same failure again (a database that cannot be reached) says nothing new: the caller's says it
+            same = type(e) is type(cause) and str(e) == str(cause)
+            (log.debug if same else log.warning)("could not delete the lease row of session %r: %s: %s",
+                                                 session_id, type(e).__name__, e)
 
     async def acquire(self, session_id: str, run_id: str) -> Lease:
         """Take the lease or raise :class:`~we0nb.SessionBusyError`; starts its heartbeat."""
