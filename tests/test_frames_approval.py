@@ -162,6 +162,10 @@ def test_the_approval_columns_and_their_types(backend, history):
     assert row("corrected") == ("approved", "pay requires approval for every call", {"amount": 50}, True, "completed")
     assert row("denied") == ("denied", "not today", None, True, "error")
     assert row("denied_silent") == ("denied", None, None, True, "error")
+    # a denial was not an interrupt: its reason is the approval's, never interrupt_reason's
+    denied = by.loc[[ids["denied"], ids["denied_silent"]]]
+    assert not denied["interrupted"].any() and denied["interrupt_reason"].isna().all()
+    assert list(calls["interrupt_reason"].dtype.categories) == ["resume", "prompt", "blocked", "fork"]
     assert row("awaiting") == ("requested", "pay requires approval for every call", None, False, "pending")
     # what ran is in input; the model's own arguments in metadata
     corrected = by.loc[ids["corrected"]]

@@ -259,7 +259,10 @@ class SqlReader(ColumnReader):
         q = _Query(p, flat, [], created=m.c.created, join=(m, m.c.id == p.c.message_id))
         if tools_only:
             q.flat += [("call_id", p.c.call_id), ("interrupted", p.c.interrupted),
-                       ("interrupt_reason", p.c.interrupt_reason), ("recalled", p.c.recalled)]
+                       # (a reason only where the call was interrupted: schema 9 and older also kept
+                       # a denial's reason there, which is the approval's, not an interrupt's)
+                       ("interrupt_reason", sa.case((p.c.interrupted, p.c.interrupt_reason), else_=sa.null())),
+                       ("recalled", p.c.recalled)]
             q.docs = [self._member("input", ("state", "input"), True), self._member("output", ("state", "output")),
                       self._member("error", ("state", "error")), self._member("metadata", ("state", "metadata"), True),
                       self._member("approval", ("approval",)), self._member("approval_detail", ("approval_detail",), True),

@@ -8,7 +8,7 @@ Column semantics (SqlPersistence fills them, the frames read them):
 * ``we0_parts.status`` — the tool state's status for ``type == "tool"``, else NULL;
   ``time_start``/``time_end`` — the tool state's times, a text/reasoning part's times, or
   the step part's ``time`` (both); ``interrupted``/``interrupt_reason``/``recalled`` —
-  ``state.metadata["interrupted"]``, ``["reason"]``, ``["recalled"]`` of tool parts.
+  ``state.metadata["interrupted"]``, ``["reason"]`` (of an interrupted call), ``["recalled"]`` of tool parts.
 * ``we0_messages`` — the message's fields flattened; token columns NULL for user messages.
 * ``we0_messages.model_view`` — the message as the model sees it (``we0nb.models.view``),
   written with its final write; a trigger on ``we0_parts`` and every rewrite of the message
@@ -266,8 +266,8 @@ def part_columns(p: Any) -> dict[str, Any]:
         if md:
             interrupted = md.get("interrupted") is True
             recalled = md.get("recalled") is True
-            r = md.get("reason")
-            reason = cut(r, 16) if isinstance(r, str) else None
+            r = md.get("reason")  # (an interrupt's; a denial's reason is its approval's, not this column's)
+            reason = cut(r, 16) if interrupted and isinstance(r, str) else None
     elif ptype == "text" or ptype == "reasoning":
         t = p.time
         if t is not None:
