@@ -511,6 +511,12 @@ def test_filter_since_until(backend):
         assert set(got["message_id"]) == ids, since
     before = parts_df(backend, "ses_b", until=t)
     assert ids.isdisjoint(before["message_id"]) and len(before) > 0
+    # epoch seconds far out of any store's integers: the same answer everywhere (was an OverflowError
+    # on SQLite, "bigint out of range" on PostgreSQL)
+    for name, fn in VIEWS.items():
+        everything = len(fn(backend))
+        assert [len(fn(backend, since=x)) for x in (1e20, -1e20, 1e300)] == [0, everything, 0], name
+        assert [len(fn(backend, until=x)) for x in (1e20, -1e20)] == [everything, 0], name
 
 
 def test_views_work_inside_a_running_loop(memory):
@@ -682,7 +688,7 @@ def test_categories_outside_the_fixed_ones_from_sqlite(memory, tmp_path, monkeyp
     part, other = calls["part_id"].iloc[0], calls["part_id"].iloc[1]
     text_part = parts_df(memory).query("type == 'text'")["part_id"].iloc[0]
     with contextlib.closing(sqlite3.connect(path)) as c, c:
-        c.execute("UPDATE we0_parts SET status = 'zzz', interrupt_reason = '7' WHERE id = ?", (part,))
+        c.execute("UPDATE we0_parts SET status = 'zzz', interrupted = 1, interrupt_reason = '7' WHERE id = ?", (part,))
         c.execute("UPDATE we0_parts SET status = '2', interrupt_reason = NULL WHERE id = ?", (other,))
         c.execute("UPDATE we0_parts SET type = '0' WHERE id = ?", (text_part,))
     url = f"sqlite:///{path}"
@@ -989,6 +995,19 @@ def test_a_missing_sqlite_file_is_refused_never_created(tmp_path):
         with pytest.raises(PersistenceError, match=f"Cannot open the SQLite database .*there is no file '{missing}'"):
             parts_df(url)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_url_of_another_database_or_none_at_all_is_refused_as_sqlpersistence_refuses_it():
+    from we0nb import PersistenceError, SqlPersistence
+
+    for url in ("notaurl://x", "mysql://u@localhost/db", "mysql+aiomysql://u@h/db"):  # (no driver error leaks)
+        for read in (sessions_df, tool_calls_df, parts_df, lambda u: SqlPersistence(u)):
+            with pytest.raises(PersistenceError, match="supports SQLite and PostgreSQL, not 'm?[a-z]+'"):
+                read(url)
+    for read in (sessions_df, lambda u: SqlPersistence(u)):  # a URL that does not parse: its password hidden
+        with pytest.raises(ValueError, match="is not a database URL") as e:
+            read("postgresql://me:s3cret@h:notaport/db")
+        assert "s3cret" not in str(e.value) and "me:***@h" in str(e.value)
 
 
 def test_a_read_only_database_is_read(sqlite_db, memory, tmp_path):

@@ -108,6 +108,10 @@ def _us(seconds: float) -> int:
     return math.floor(seconds * 1e6 + 0.5)
 
 
+#: the farthest time bound sent to a store, in epoch microseconds (both ways)
+_FAR = 2 ** 62
+
+
 def _bound(value: TimeLike, name: str) -> Optional[int]:
     """A time bound as epoch microseconds (naive datetimes and strings are taken as UTC)."""
     if value is None:
@@ -117,7 +121,9 @@ def _bound(value: TimeLike, name: str) -> Optional[int]:
     if isinstance(value, (int, float, np.integer, np.floating)):
         if not math.isfinite(float(value)):
             raise ValueError(f"{name}: {value!r} is not a time.")
-        return _us(float(value))
+        # (past ±2**62 µs, ~146,000 years, every store gives the same answer as at the limit: the
+        # SQL stores' 64-bit integers could not take the value itself)
+        return max(-_FAR, min(_FAR, _us(float(value))))
     if isinstance(value, (str, _dt.datetime, _dt.date, pd.Timestamp, np.datetime64)):
         try:
             ts = pd.Timestamp(value)

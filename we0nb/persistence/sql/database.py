@@ -23,7 +23,7 @@ from sqlalchemy.engine import URL, Engine, create_engine, make_url
 
 from ..._extras import require
 from ...errors import PersistenceError
-from .errors import driver_errors, wrap
+from .errors import driver_errors, masked_url, wrap
 from .readonly import read_only_fallback
 from .schema import ConnectionDb, ensure_schema
 
@@ -161,7 +161,7 @@ def database_for(url_or_engine: Union[str, URL, Any], *, synchronous: str, busy_
     """The :class:`Database` SqlPersistence's arguments name (ValueError/TypeError for bad ones).
     ``token``: makes the name of an in-memory SQLite database unique to its store."""
     url, async_engine, sync_engine = _target(url_or_engine)
-    backend = _backend(url)
+    backend = backend_of(url)
     sync = _check_options(backend, synchronous, busy_timeout, lease_ttl, lease_renew, schema)
     if backend == "sqlite":
         if (url.database or ":memory:") == ":memory:" and async_engine is None and sync_engine is None:
@@ -200,7 +200,8 @@ def _target(url_or_engine: Any) -> tuple[URL, Any, Optional[Engine]]:
         try:
             return make_url(url_or_engine), None, None
         except Exception as e:
-            raise ValueError(f"SqlPersistence: {url_or_engine!r} is not a database URL ({e}).") from None
+            shown = masked_url(str(url_or_engine))
+            raise ValueError(f"SqlPersistence: {shown!r} is not a database URL ({e}).") from None
     if isinstance(url_or_engine, Engine):
         return url_or_engine.url, None, url_or_engine
     if hasattr(url_or_engine, "sync_engine") and hasattr(url_or_engine, "begin"):
@@ -211,7 +212,8 @@ def _target(url_or_engine: Any) -> tuple[URL, Any, Optional[Engine]]:
     )
 
 
-def _backend(url: URL) -> str:
+def backend_of(url: URL) -> str:
+    """``"sqlite"`` or ``"postgresql"``; a PersistenceError for any other database (we0nb keeps no data there)."""
     backend = url.get_backend_name()
     if backend == "postgres":
         backend = "postgresql"

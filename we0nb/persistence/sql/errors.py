@@ -8,12 +8,20 @@ engine tells a storage failure from a model failure by this type.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import NoReturn
 
 from ...errors import PersistenceError
 
-__all__ = ["Busy", "driver_errors", "is_busy", "is_readonly_error", "raise_persistence_error", "wrap"]
+__all__ = ["Busy", "driver_errors", "is_busy", "is_readonly_error", "masked_url", "raise_persistence_error", "wrap"]
+
+_PASSWORD = re.compile(r"(://[^:/@]*):[^/]*@")  # (to the last @ before the path: a password may hold @)
+
+
+def masked_url(text: str) -> str:
+    """A database URL as it may be shown (its password as ``***``), also one that does not parse."""
+    return _PASSWORD.sub(r"\1:***@", text)
 
 
 class Busy(Exception):

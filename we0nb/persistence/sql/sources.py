@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, Optional
 from urllib.parse import unquote
 
 from ...errors import PersistenceError
-from .errors import wrap
+from .errors import masked_url, wrap
 
 __all__ = ["Source", "driver_errors", "engine_for", "persistence_of", "read_error", "sqlite_file", "sync_url",
            "where_of"]
@@ -108,7 +108,10 @@ def sync_url(url: Any) -> Any:
     """A SQLAlchemy URL with a synchronous driver (``sqlite+aiosqlite`` → ``sqlite`` …)."""
     from sqlalchemy.engine import make_url
 
-    u = make_url(str(url)) if not hasattr(url, "drivername") else url
+    try:
+        u = make_url(str(url)) if not hasattr(url, "drivername") else url
+    except Exception as e:  # (SqlPersistence's wording for the same input)
+        raise ValueError(f"{masked_url(str(url))!r} is not a database URL ({e}).") from None
     backend = u.get_backend_name()
     driver = u.get_driver_name() if "+" in u.drivername else ""
     if backend in ("postgres", "postgresql"):
@@ -117,8 +120,6 @@ def sync_url(url: Any) -> Any:
     elif backend == "sqlite":
         if driver in ("aiosqlite", "pysqlite_async"):
             u = u.set(drivername="sqlite")
-    elif backend in ("mysql", "mariadb") and driver in ("aiomysql", "asyncmy"):
-        u = u.set(drivername=f"{backend}+pymysql")
     return u
 
 
@@ -155,6 +156,9 @@ def _engine_on(url: Any) -> Any:
     """A synchronous engine on ``url``; a SQLite file must exist (reading never creates one)."""
     import sqlalchemy as sa
 
+    from .database import backend_of
+
     u = sync_url(url)
+    backend_of(u)  # (SQLite or PostgreSQL: the PersistenceError SqlPersistence raises for any other)
     _check_file(u, may_be_missing=False)
     return sa.create_engine(u)
