@@ -22,7 +22,7 @@ class Watcher:
         if ev["type"] == self.fail_on:
             raise RuntimeError("observer broke")
 
-    def model_ended(self, step: int, error: Optional[BaseException]) -> None:
+    def model_ended(self, step: int, error: Optional[BaseException], finish: Any = None) -> None:
         self.seen.append(f"model-ended {step} {type(error).__name__ if error else None}")
 
     def run_ended(self, error: Optional[BaseException]) -> None:

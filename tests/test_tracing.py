@@ -156,6 +156,20 @@ async def test_content_is_recorded_only_with_capture_content(traced) -> None:
     assert outputs[1][0]["parts"] == [{"type": "text", "content": "secret-answer"}]
 
 
+@pytest.mark.parametrize("capture", [False, True])
+async def test_an_errors_text_is_a_spans_status_only_with_capture_content(traced, capture) -> None:
+    # the text of a failure can quote what a tool or a model was given (here a card number)
+    model = ScriptedModel([[text("partial"), fail(RuntimeError("card 4111-1111 rejected"))]])
+    agent = We0Agent(model, tracer_provider=traced.provider, capture_content=capture)
+    with pytest.raises(Exception):
+        await agent.invoke(messages=[user_message("go")])
+    failed = [s for s in traced.spans if s.status.status_code == StatusCode.ERROR]
+    assert {s.name for s in failed} == {"chat scripted", "invoke_agent we0nb"}
+    assert {attrs(s)["error.type"] for s in failed} == {"RuntimeError", "ModelError"}  # (the type, always)
+    texts = [s.status.description or "" for s in failed]
+    assert all("4111" in t for t in texts) if capture else texts == ["", ""]
+
+
 # --------------------------------------------------------------------------- failures
 
 
@@ -201,6 +215,34 @@ async def test_an_abort_ends_the_open_spans_with_error_type(traced) -> None:
     # the model call itself had ended well before the tool was cut: its span says so
     assert chat.status.status_code == StatusCode.UNSET and "error.type" not in attrs(chat)
     assert chat.end_time <= t.start_time  # type: ignore[operator]
+
+
+async def test_a_step_cut_in_its_tool_keeps_its_calls_usage_and_cost_in_the_span_as_in_the_store(traced) -> None:
+    started = asyncio.Event()
+
+    @tool
+    async def slow(q: str) -> str:
+        started.set()
+        await asyncio.sleep(30)
+        return "never"
+
+    abort = asyncio.Event()
+    model = ScriptedModel([[tool_call("slow", {"q": "a"}), usage(1000, 100)]], provider="openai", model_id="gpt-4o")
+    agent = We0Agent(model, tools=[slow], tracer_provider=traced.provider)
+
+    async def cut() -> None:
+        await started.wait()
+        abort.set()
+
+    cutter = asyncio.ensure_future(cut())
+    with pytest.raises(asyncio.CancelledError):
+        await agent.invoke(abort=abort, session_id="ses_cut", messages=[user_message("go")])
+    await cutter
+    kept = (await agent.transcript("ses_cut")).messages[-1].info
+    assert kept.time.completed is None and kept.usage.input_tokens == 1000 and kept.cost is not None
+    chat = attrs(traced.one("chat"))
+    assert (chat["gen_ai.usage.input_tokens"], chat["gen_ai.usage.output_tokens"]) == (1000, 100)
+    assert chat["gen_ai.usage.cost"] == pytest.approx(kept.cost)
 
 
 async def test_an_abort_mid_stream_ends_the_chat_span_with_error_type(traced) -> None:

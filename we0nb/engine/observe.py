@@ -34,8 +34,9 @@ class RunObserver(Protocol):
     def event(self, ev: "Event") -> None:
         """An event of the run, as it is yielded (never a delta)."""
 
-    def model_ended(self, step: int, error: Optional[BaseException]) -> None:
-        """The model's stream of step ``step`` ended (``error``: what ended it, if not its end)."""
+    def model_ended(self, step: int, error: Optional[BaseException], finish: Any = None) -> None:
+        """The model's stream of step ``step`` ended (``error``: what ended it, if not its end;
+        ``finish``: its finish event, with the usage it reported, or None when it sent none)."""
 
     def run_ended(self, error: Optional[BaseException]) -> None:
         """The run ended: ``None`` after its ``finish`` event, else the abort or failure."""
@@ -80,9 +81,9 @@ class _Both:
         self.a.event(ev)
         self.b.event(ev)
 
-    def model_ended(self, step: int, error: Optional[BaseException]) -> None:
-        self.a.model_ended(step, error)
-        self.b.model_ended(step, error)
+    def model_ended(self, step: int, error: Optional[BaseException], finish: Any = None) -> None:
+        self.a.model_ended(step, error, finish)
+        self.b.model_ended(step, error, finish)
 
     def run_ended(self, error: Optional[BaseException]) -> None:
         self.a.run_ended(error)
@@ -108,10 +109,10 @@ class Guarded:
             except Exception as e:
                 self._failed(e)
 
-    def model_ended(self, step: int, error: Optional[BaseException]) -> None:
+    def model_ended(self, step: int, error: Optional[BaseException], finish: Any = None) -> None:
         if self.inner is not None:
             try:
-                self.inner.model_ended(step, error)
+                self.inner.model_ended(step, error, finish)
             except Exception as e:
                 self._failed(e)
 

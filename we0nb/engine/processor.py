@@ -126,7 +126,7 @@ class StepProcessor:
             handed = ModelStream(stream.__aiter__(), self, prelude)
             yield handed
             if state.observer is not None:
-                state.observer.model_ended(state.steps, handed.error)
+                state.observer.model_ended(state.steps, handed.error, self.finish)
             if handed.error is not None:
                 raise handed.error
         except BaseException as exc:

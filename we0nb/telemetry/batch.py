@@ -31,6 +31,8 @@ class BatchTracer:
                  "we0nb.batch.concurrency": concurrency}
         self.span = tracer.start_span(f"invoke_workflow {name}", kind=SpanKind.INTERNAL, attributes=attrs)
         self.token: Optional[object] = None
+        #: whether an error's text may go on the span (it may quote content: see capture_content)
+        self.content: bool = bool(getattr(agent, "capture_content", False))
 
     def started(self) -> None:
         """Make the batch's span the parent of what this task starts from now on."""
@@ -49,7 +51,7 @@ class BatchTracer:
                 self.span.set_attributes(attrs)
             if error is not None:
                 self.span.set_attribute(A.ERROR_TYPE, A.error_type(error))
-                self.span.set_status(Status(StatusCode.ERROR, str(error)[:300]))
+                self.span.set_status(Status(StatusCode.ERROR, str(error)[:300] if self.content else None))
         finally:
             if self.token is not None:
                 context.detach(self.token)  # type: ignore[arg-type]

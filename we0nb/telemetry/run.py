@@ -66,7 +66,7 @@ class RunTracer:
     guarded = True
 
     __slots__ = ("tracer", "agent", "content", "span", "ctx", "chat_attrs", "chat_name", "conversation",
-                 "chat", "chat_end", "tools", "outputs", "last_time", "quiet", "kinds")
+                 "chat", "chat_end", "chat_finish", "tools", "outputs", "last_time", "quiet", "kinds")
 
     def __init__(self, tracer: Any, agent: Any, request: Any, agent_name: str) -> None:
         model = agent.model
@@ -91,6 +91,7 @@ class RunTracer:
         self.ctx = trace.set_span_in_context(self.span)
         self.chat: Optional[tuple[float, int]] = None  # the model call under way: (its start in s, its step)
         self.chat_end: Optional[int] = None  # when its stream ended (ns)
+        self.chat_finish: Any = None  # its finish event (the usage it reported), once it ended well
         self.tools: dict[str, Any] = {}  # part id → open execute_tool span
         self.outputs: list[dict[str, Any]] = []  # the step's output parts (content capture)
         self.last_time = time.time()
@@ -112,9 +113,10 @@ class RunTracer:
         except Exception as e:
             self._break(e)
 
-    def model_ended(self, step: int, error: Optional[BaseException]) -> None:
+    def model_ended(self, step: int, error: Optional[BaseException], finish: Any = None) -> None:
         if error is None:  # (the usual case: its time, the span is made at the step's end)
             self.chat_end = _time_ns()
+            self.chat_finish = finish
             return
         if self.quiet or self.chat is None:
             return
@@ -131,7 +133,7 @@ class RunTracer:
             if error is not None:
                 self._close_open(error)
                 self.span.set_attribute(A.RUN_RESULT, "aborted" if _is_abort(error) else "error")
-                _fail(self.span, error)
+                _fail(self.span, error, self.content)
             self.span.end()
         except Exception as e:
             self._break(e)
@@ -150,7 +152,7 @@ class RunTracer:
 
     def _step_start(self, ev: Any) -> None:
         self.chat = (ev["message"].time.created, ev["step"])
-        self.chat_end = None
+        self.chat_end = self.chat_finish = None
         if self.content:
             self.outputs = []
 
@@ -165,7 +167,7 @@ class RunTracer:
         span = self.tracer.start_span(self.chat_name, context=self.ctx, kind=_CLIENT, attributes=full,
                                       start_time=int(start * 1e9))
         if error is not None:
-            _fail(span, error)
+            _fail(span, error, self.content)
         span.end(end_time=end)
 
     def _text_end(self, ev: Any) -> None:
@@ -284,11 +286,34 @@ class RunTracer:
         open_spans = list(self.tools.values())
         self.tools.clear()
         if self.chat is not None:
-            self._chat_span({}, self.chat_end, None if self.chat_end is not None else error)
+            if self.chat_end is not None:  # (the reply had ended: what it reported, as the step keeps it)
+                self._chat_span(self._reported(), self.chat_end)
+            else:
+                self._chat_span({}, None, error)
             self.chat = None
         for span in open_spans:
-            _fail(span, error)
+            _fail(span, error, self.content)
             span.end()
+
+    def _reported(self) -> dict[str, Any]:
+        """The usage and cost a reply that ended well reported, for a step cut later (in its tools):
+        the same figures the step's message keeps (``we0nb.engine.step._price``)."""
+        finish, chat = self.chat_finish, self.chat
+        if finish is None or chat is None:
+            return {}
+        from ..models.pricing import call_cost
+
+        usage = finish.usage
+        attrs: dict[str, Any] = {INPUT_TOKENS: usage.input_tokens, OUTPUT_TOKENS: usage.output_tokens}
+        if usage.cached_tokens:
+            attrs[CACHE_READ] = usage.cached_tokens
+        if usage.cache_write_tokens:
+            attrs[CACHE_CREATION] = usage.cache_write_tokens
+        cost = call_cost(self.agent.model, usage, chat[0])
+        if cost is not None:
+            attrs[COST] = cost
+        attrs[FINISH_REASONS] = _reasons(finish.reason)
+        return attrs
 
     def _break(self, e: Exception) -> None:
         """The tracing API failed: log it once, end what is open (best effort), trace no more."""
@@ -303,13 +328,15 @@ class RunTracer:
         self.chat = None
 
 
-def _fail(span: Any, error: BaseException) -> None:
+def _fail(span: Any, error: BaseException, content: bool) -> None:
+    """``content``: the error's text may be shown (it can quote a prompt, an argument, a card
+    number a tool was given); without it the span says only the error's type."""
     if _is_abort(error):  # (however the engine saw it, the run was aborted: what its caller sees)
         span.set_attribute(A.ERROR_TYPE, "CancelledError")
         span.set_status(Status(_ERROR, "aborted"))
         return
     span.set_attribute(A.ERROR_TYPE, A.error_type(error))
-    span.set_status(Status(_ERROR, str(error)[:300]))
+    span.set_status(Status(_ERROR, str(error)[:300] if content else None))
 
 
 def _is_abort(error: BaseException) -> bool:
