@@ -4,6 +4,7 @@ completed on resume, exactly once — one test per row of the table, and the bad
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from typing import Any
 
@@ -265,3 +266,76 @@ async def test_a_reconcile_that_raises_hangs_or_answers_nonsense_is_unknown(make
 async def _hanging(ctx: ToolContext, inp: dict[str, Any]) -> Reconciled:
     await asyncio.sleep(30)
     return Reconciled.done("late")
+
+
+# --------------------------------------------------------------------------- a sync call an abort left running
+
+
+def _aborting_agent(effects: list, *, seconds: float, reconcile: Any = None, idempotent: bool = False,
+                    reconcile_timeout: float = 30.0):
+    """A sync tool that sets the run's abort (a person clicked Abort) and lands its effect
+    ``seconds`` later, on the worker thread the abort stopped waiting for."""
+    import threading
+    import time
+
+    abort = asyncio.Event()
+    loop_box: dict[str, Any] = {}
+
+    def write(n: int, ctx: ToolContext) -> str:
+        """A sync tool with an effect."""
+        loop_box["loop"].call_soon_threadsafe(abort.set)
+        effects.append(("start", ctx.idempotency_key, threading.get_ident()))
+        time.sleep(seconds)
+        effects.append(("effect", ctx.idempotency_key, threading.get_ident()))
+        return f"wrote {n}"
+
+    t = tool(write, reconcile=reconcile, idempotent=idempotent)
+    object.__setattr__(t, "policy", dataclasses.replace(t.policy, reconcile_timeout=reconcile_timeout))
+    agent = We0Agent(ScriptedModel([[tool_call("write", {"n": 1})], [text("done")]]), tools=[t])
+    return agent, abort, loop_box
+
+
+async def _abort_then_resume(agent, abort, loop_box) -> Any:
+    loop_box["loop"] = asyncio.get_running_loop()
+    with pytest.raises(asyncio.CancelledError):
+        await agent.invoke(abort=abort, session_id="ses_inflight", messages=[user_message("go")])
+    await agent.invoke(mode="resume", session_id="ses_inflight")  # at once, in the same process
+    await asyncio.sleep(0.4)  # (anything still running lands)
+    return (await agent.transcript("ses_inflight")).messages[1].tool_parts[0]
+
+
+async def test_a_reconcile_waits_for_the_call_an_abort_left_running_in_this_process() -> None:
+    effects: list = []
+
+    def check(ctx: ToolContext, input: dict) -> Reconciled:
+        done = any(kind == "effect" and key == ctx.idempotency_key for kind, key, _ in effects)
+        return Reconciled.done(f"wrote {input['n']}") if done else Reconciled.not_done()
+
+    agent, abort, box = _aborting_agent(effects, seconds=0.2, reconcile=check)
+    call = await _abort_then_resume(agent, abort, box)
+    # asked before its thread returned, the reconcile said not_done and the call ran twice
+    assert [k for k, *_ in effects] == ["start", "effect"]
+    assert call.state.status == "completed" and call.state.metadata["reconciled"] is True
+
+
+async def test_a_call_still_running_past_the_reconcile_timeout_is_unknown_and_in_doubt() -> None:
+    effects: list = []
+
+    def check(ctx: ToolContext, input: dict) -> Reconciled:
+        return Reconciled.not_done()  # (never asked: the call still runs here)
+
+    agent, abort, box = _aborting_agent(effects, seconds=0.3, reconcile=check, reconcile_timeout=0.05)
+    call = await _abort_then_resume(agent, abort, box)
+    assert [k for k, *_ in effects] == ["start", "effect"]  # executed once, never again
+    assert call.state.status == "error" and call.state.metadata["interrupted"] is True
+    assert call.state.metadata["in_doubt"] is True
+    assert "still running" in call.state.metadata["reconcile_reason"]
+
+
+async def test_an_idempotent_call_is_run_again_only_once_the_one_in_flight_returned() -> None:
+    effects: list = []
+    agent, abort, box = _aborting_agent(effects, seconds=0.2, idempotent=True)
+    call = await _abort_then_resume(agent, abort, box)
+    kinds = [k for k, *_ in effects]
+    assert kinds == ["start", "effect", "start", "effect"]  # (the service deduplicates the second)
+    assert len({key for _, key, _ in effects}) == 1 and call.state.status == "completed"

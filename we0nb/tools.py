@@ -250,14 +250,18 @@ class ToolDefinition(Generic[R]):
             raise ToolInputError(f"Invalid arguments for tool {self.name!r}{_in_words(e)}") from None
         return {name: getattr(model, name) for name in type(model).model_fields}
 
-    async def call(self, kwargs: dict[str, Any], context: Optional[ToolContext] = None) -> Any:
+    async def call(self, kwargs: dict[str, Any], context: Optional[ToolContext] = None,
+                   returned: Optional[Callable[[], None]] = None) -> Any:
         """Run the function with validated ``kwargs`` (a sync one on a worker thread) and, when
-        it takes one, ``context``; its return value."""
+        it takes one, ``context``; its return value. ``returned``: called on the worker thread
+        when a sync function returns or raises — also after the wait for it was cancelled."""
         if self.context_param is not None:
             kwargs = {**kwargs, self.context_param: context}
         if self.is_async:
             return await self.function(**kwargs)  # type: ignore[misc]
-        return await asyncio.to_thread(self.function, **kwargs)
+        if returned is None:
+            return await asyncio.to_thread(self.function, **kwargs)
+        return await asyncio.to_thread(_then, self.function, kwargs, returned)
 
     async def execute(self, data: Any) -> str:
         """Validate ``data``, run the function and convert the result (the engine splits these
@@ -266,6 +270,13 @@ class ToolDefinition(Generic[R]):
 
 
 AnyToolDefinition = ToolDefinition[Any]
+
+
+def _then(fn: Callable[..., Any], kwargs: dict[str, Any], returned: Callable[[], None]) -> Any:
+    try:
+        return fn(**kwargs)
+    finally:
+        returned()
 
 
 def parse_arguments(tool_name: str, data: Any) -> dict[str, Any]:

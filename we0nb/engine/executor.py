@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
 
 from .._ids import now
 from ..messages import (ToolPart, ToolStateCompleted, ToolStateError, ToolStatePending, ToolStateRunning, ToolTime,
                         snapshot)
 from ..tools import (AnyToolDefinition, Reconciled, ToolContext, ToolError, ToolInputError, ToolOutputError,
                      ToolPolicy, ToolReturn, to_output)
+from . import inflight
 from .abort import Aborted
 from .events import Event
 from .questions import CallUpdates, unanswered
@@ -142,6 +143,9 @@ class ToolExecutor:
                     await self.state.writer.write(None, tp)
                     yield {"type": "tool", "part": snapshot(tp)}
                     continue
+            elif action.action == "recall" and policy is not None and policy.idempotent and tp.state.status == "running":
+                # (its service deduplicates on the key, but not every one a call still in flight: let it land)
+                await self.state.scope.wait(inflight.settled(self.state.session_id, tp.id, policy.reconcile_timeout))
             async for ev in self.carry_out(action, tp):
                 yield ev
             if action.action in ("recall", "execute"):
@@ -255,7 +259,7 @@ class ToolExecutor:
                 result = job.result()
             else:
                 context = self.context(tp, meta["attempt"]) if definition.wants_context else None
-                result = await scope.wait(definition.call(kwargs, context))
+                result = await scope.wait(definition.call(kwargs, context, self._thread_end(definition, tp)))
         except asyncio.CancelledError:
             if scope.cancelled_by_us() or _task_cancelling():
                 raise
@@ -273,6 +277,15 @@ class ToolExecutor:
                                   metadata=meta, time=ToolTime(start=start, end=now()))
         return completed_state(inp, result, meta, start)
 
+    def _thread_end(self, definition: AnyToolDefinition, tp: ToolPart) -> Optional[Callable[[], None]]:
+        """For a sync tool: registered as running in this process until its thread returns (see
+        :mod:`.inflight`: an abort stops the wait for it, not the thread)."""
+        if definition.is_async:
+            return None
+        sid = self.state.session_id
+        done = inflight.begin(sid, tp.id)
+        return lambda: inflight.end(sid, tp.id, done)
+
     async def reconcile(self, tp: ToolPart, policy: ToolPolicy) -> Reconciled:
         """Ask the tool's reconcile whether the ``running`` call ran. Whatever goes wrong — it
         raises, takes longer than ``reconcile_timeout``, returns something else — is an
@@ -281,6 +294,9 @@ class ToolExecutor:
         assert fn is not None
         ctx = self.context(tp, max(attempts_of(tp), 1))
         scope = self.state.scope
+        if not await scope.wait(inflight.settled(self.state.session_id, tp.id, policy.reconcile_timeout)):
+            return Reconciled.unknown("its execution in this process was still running (the abort stopped "
+                                      "the wait for it, not its thread)")
         try:
             if inspect.iscoroutinefunction(fn):
                 pending: Any = fn(ctx, dict(tp.state.input))

@@ -81,7 +81,8 @@ class MCPTool(ToolDefinition[Any]):
     def reports_updates(self) -> bool:  # (progress, and the server's questions for a person)
         return True
 
-    async def call(self, kwargs: dict[str, Any], context: Any = None) -> Any:
+    async def call(self, kwargs: dict[str, Any], context: Any = None,
+                   returned: Any = None) -> Any:  # (``returned``: for sync tools; this one is async)
         assert self.server is not None
         return await self.server.call_tool(self.remote_name, kwargs, context=context)
 

@@ -27,7 +27,8 @@ _SCHEMA = {"type": "object", "properties": {"uri": {"type": "string", "descripti
 class ResourceTool(MCPTool):
     """The server's ``resources/read``, as a tool (its ``remote_name`` is ``"resources/read"``)."""
 
-    async def call(self, kwargs: dict[str, Any], context: Any = None) -> Any:
+    async def call(self, kwargs: dict[str, Any], context: Any = None,
+                   returned: Any = None) -> Any:  # (``returned``: for sync tools; this one is async)
         assert self.server is not None
         return await self.server.read_resource(str(kwargs["uri"]))
 
