@@ -133,14 +133,14 @@ def test_clear_one_line_errors(tmp_path) -> None:
         "is not MODULE:ATTR": (*run, "workagent", *tail),
         "no module 'nosuch'": (*run, "nosuch:agent", *tail),
         "'workagent' has no attribute 'nope'": (*run, "workagent:nope", *tail),
-        "notagent:value is a int, not a We0Agent": (*run, "notagent:value", *tail),
+        "notagent:value is an int, not a We0Agent": (*run, "notagent:value", *tail),
         "notagent:broken() failed: RuntimeError: no key": (*run, "notagent:broken", *tail),
         "importing 'crashes' (from crashes:x) failed: ZeroDivisionError": (*run, "crashes:x", *tail),
         "--prompts missing.jsonl: no such file": (*run, "workagent:agent", "--prompts", "missing.jsonl",
                                                   "--name", "e", "--db", db),
         "--column 'q': ": (*run, "workagent:agent", *tail, "--column", "q"),
         "keeps its sessions in memory: pass --db": (*run, "workagent:agent", "--prompts", str(prompts), "--name", "e"),
-        "no batch 'nob' in sqlite:///": ("batch", "work", "workagent:agent", "nob", "--db", db),
+        "no database at": ("batch", "work", "workagent:agent", "nob", "--db", db),  # (work creates none)
     }
     for expected, args in cases.items():
         line = one_line(cli(tmp_path, *args))

@@ -40,8 +40,8 @@ def test_fork_the_aborted_demo_then_resume_the_fork(tmp_path):
 def test_fork_bad_input_is_one_line_and_writes_nothing(tmp_path):
     db = tmp_path / "g.db"
     assert run("demo", "--db", str(db), "--session", "ses_g", *FAST, cwd=tmp_path).returncode == 0
-    for args, words in ((("ses_nope",), "session 'ses_nope' does not exist"),
-                        (("ses_g", "--at", "msg_nope"), "is not in session 'ses_g'"),
+    for args, words in ((("ses_nope",), f"no session 'ses_nope' in sqlite:///{db}"),
+                        (("ses_g", "--at", "msg_nope"), "session 'ses_g' has no such message"),
                         (("ses_g", "--as", "ses_g"), "is the session being forked")):
         p = run("fork", *args, "--db", str(db), cwd=tmp_path)
         assert p.returncode == 1 and words in p.stderr and "Nothing was written" in p.stderr, p.stderr

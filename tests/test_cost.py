@@ -366,7 +366,7 @@ def test_the_cli_shows_a_sessions_and_a_batchs_cost(tmp_path: Path) -> None:
 
     shown = cli("show", sid)
     assert "cost=$0.001" in shown and "cost: $0.002 (2 model calls)" in shown
-    assert "cost: unknown: 1 of 1 model call without a known price" in cli("show", "unpriced")
+    assert "cost: unknown: 1 model call, none with a known price" in cli("show", "unpriced")
     assert "  cost: $0.004" in cli("batch", "show", "nightly")
 
 

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import sys
 import traceback
 from typing import Any, Optional, Sequence
 
 from . import approvals, batch, browse, demo, fork, lab, questions
-from ._common import EXIT_INTERRUPTED, CliError, CtrlC
+from ._common import EXIT_INTERRUPTED, CliError, CtrlC, safe_url
 from ._db import DEFAULT_DB
 from .demo_agent import DEMO_PROMPT, demo_agent
 
@@ -41,9 +42,10 @@ __all__ = ["main", "build_parser", "demo_agent", "DEMO_PROMPT"]
 
 
 def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    default_db = os.environ.get("WE0NB_DB", DEFAULT_DB)
+    # (--help never shows a password; a % of a URL would be taken for argparse's formatting)
+    default_db = safe_url(os.environ.get("WE0NB_DB", DEFAULT_DB)).replace("%", "%%")
     db = argparse.ArgumentParser(add_help=False)
-    db.add_argument("--db", default=default_db,
+    db.add_argument("--db", default=None,  # (None: $WE0NB_DB or DEFAULT_DB, read by normalize_db)
                     help="database: a SQLAlchemy URL (sqlite:///file.db, postgresql://user@host/db) or a SQLite "
                          f"file path (default: $WE0NB_DB or {DEFAULT_DB}, now {default_db})")
     common = argparse.ArgumentParser(add_help=False)
@@ -71,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     return _parsers()[0]
 
 
+#: the float options with their largest value (a bigger one is a typo: the demo would wait for ever)
+_SECONDS = {"delay": 60.0, "abort_after": 3600.0}
+
+
 def _parse(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     parser, commands = _parsers()
     args, extra = parser.parse_known_args(argv)
@@ -79,15 +85,16 @@ def _parse(argv: Optional[Sequence[str]]) -> tuple[argparse.Namespace, argparse.
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         parser.print_help()
         raise SystemExit(2)
-    sub = commands[args.command]
+    # the parser of the command typed (`batch ls`, not `batch`): its usage goes with an error
+    sub = commands.get(f"{args.command} {getattr(args, 'batch_command', None)}", commands[args.command])
     if args.command == "lab":
         args.jupyter_args = extra
     elif extra:
         sub.error(f"unrecognized arguments: {' '.join(extra)}")
-    for name in ("delay", "abort_after"):
+    for name, most in _SECONDS.items():
         v = getattr(args, name, None)
-        if v is not None and not v >= 0:
-            sub.error(f"--{name.replace('_', '-')} must be a number >= 0")
+        if v is not None and not (math.isfinite(v) and 0 <= v <= most):
+            sub.error(f"--{name.replace('_', '-')} must be a number from 0 to {most:g} (seconds), got {v}")
     if getattr(args, "abort_at_event", None) is not None and args.abort_at_event < 1:
         sub.error("--abort-at-event must be 1 or more")
     return args, sub

@@ -15,7 +15,7 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional
 
-__all__ = ["CliError", "CtrlC", "say", "rule", "hint", "json_object", "EXIT_INTERRUPTED"]
+__all__ = ["CliError", "CtrlC", "say", "rule", "hint", "json_object", "safe_url", "check_name", "EXIT_INTERRUPTED"]
 
 EXIT_INTERRUPTED = 130
 
@@ -34,8 +34,39 @@ def rule(title: str) -> None:
 
 
 def hint(*words: str) -> str:
-    """A command line the user can paste: every word shell-quoted (ids and URLs may hold spaces)."""
-    return " ".join(shlex.quote(w) for w in words)
+    """A command line the user can paste: every word shell-quoted (ids and URLs may hold spaces),
+    a URL's password hidden (it is never printed)."""
+    return " ".join(shlex.quote(safe_url(w) if "://" in w else w) for w in words)
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password hidden (for messages); a URL without one as it is."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        u = make_url(url)
+    except Exception:  # (it does not parse: hide what looks like a password all the same)
+        from ..persistence.sql.errors import masked_url
+
+        return masked_url(url)
+    return url if u.password is None else u.render_as_string(hide_password=True)
+
+
+def check_name(value: str, flag: str, what: str = "session ids") -> str:
+    """An id typed on the command line, by the engine's rule (``check_session_id``), refused in
+    the words of the flag that gave it (the API's messages name its parameters)."""
+    from ..engine.request import MAX_SESSION_ID, UNPRINTABLE
+
+    if not value.strip():
+        raise CliError(f"{flag} must not be empty.")
+    if len(value) > MAX_SESSION_ID:
+        raise CliError(f"{flag} is {len(value)} characters long; {what} have at most {MAX_SESSION_ID} "
+                       "characters. Use a shorter one.")
+    bad = UNPRINTABLE.search(value)
+    if bad is not None:
+        raise CliError(f"{flag} contains the character {bad.group()!r}; {what} must be printable text "
+                       "(no control characters).")
+    return value
 
 
 def json_object(text: str, flag: str, holding: str, example: str, outcome: str = "") -> dict[str, Any]:

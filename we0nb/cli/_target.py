@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from ._common import CliError
 
@@ -31,6 +31,18 @@ def _split(spec: str) -> tuple[str, str]:
     return module.strip(), attr.strip()
 
 
+def _first(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0]
+
+
+def _exited(e: SystemExit, doing: str) -> CliError:
+    """The user's code called ``sys.exit`` while the agent loaded: said, never a silent exit."""
+    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    extra = f" ({e.code})" if isinstance(e.code, str) else ""
+    return CliError(f"loading the agent: {doing} exited with code {code}{extra} (it called sys.exit or raised "
+                    "SystemExit): load the agent without exiting.")
+
+
 def _import(module: str, spec: str) -> Any:
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m`: modules of the current folder
@@ -41,9 +53,46 @@ def _import(module: str, spec: str) -> Any:
             raise CliError(f"no module {module!r} (from {spec}): run from the folder that holds it, or put "
                            "its folder on PYTHONPATH.") from None
         raise CliError(f"importing {module!r} (from {spec}) failed: {type(e).__name__}: {e}") from e
+    except SystemExit as e:
+        raise _exited(e, f"importing {module!r} (from {spec})") from e
     except Exception as e:
-        first = (str(e).strip().splitlines() or [""])[0]
-        raise CliError(f"importing {module!r} (from {spec}) failed: {type(e).__name__}: {first}") from e
+        raise CliError(f"importing {module!r} (from {spec}) failed: {type(e).__name__}: {_first(e)}") from e
+
+
+def _attribute(value: Any, module: str, attr: str, spec: str) -> Any:
+    """``attr`` (dots go deeper) of the module; what its code raises is its error, not ours."""
+    for part in attr.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise CliError(f"{module!r} has no attribute {attr!r} (from {spec}).") from None
+        except SystemExit as e:
+            raise _exited(e, f"reading {spec}") from e
+        except Exception as e:  # (a module-level __getattr__, a property)
+            raise CliError(f"{spec} failed: {type(e).__name__}: {_first(e)}") from e
+    return value
+
+
+async def _call(factory: Any, spec: str) -> Any:
+    try:
+        value = factory()
+        if asyncio.iscoroutine(value):
+            value = await value
+    except SystemExit as e:
+        raise _exited(e, f"calling {spec}()") from e
+    except Exception as e:
+        raise CliError(f"{spec}() failed: {type(e).__name__}: {_first(e)}") from e
+    return value
+
+
+def _a(value: Any) -> str:
+    """``None``, ``the class X``, ``an int``, ``a str``: what a value is, in a sentence."""
+    if value is None:
+        return "None"
+    if isinstance(value, type):
+        return f"the class {value.__name__}"
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 async def load_agent(spec: str) -> Any:
@@ -51,22 +100,14 @@ async def load_agent(spec: str) -> Any:
     from .. import We0Agent
 
     module, attr = _split(spec)
-    value: Any = _import(module, spec)
-    for part in attr.split("."):
-        if not hasattr(value, part):
-            raise CliError(f"{module!r} has no attribute {attr!r} (from {spec}).")
-        value = getattr(value, part)
-    if not isinstance(value, We0Agent) and callable(value) and not isinstance(value, type):
-        try:
-            value = value()
-            if asyncio.iscoroutine(value):
-                value = await value
-        except Exception as e:
-            first = (str(e).strip().splitlines() or [""])[0]
-            raise CliError(f"{spec}() failed: {type(e).__name__}: {first}") from e
+    value = _attribute(_import(module, spec), module, attr, spec)
+    if isinstance(value, We0Agent):
+        return value
+    if not callable(value) or isinstance(value, type):
+        raise CliError(f"{spec} is {_a(value)}, not a We0Agent or a function returning one.")
+    value = await _call(value, spec)
     if not isinstance(value, We0Agent):
-        what = f"the class {value.__name__}" if isinstance(value, type) else f"a {type(value).__name__}"
-        raise CliError(f"{spec} is {what}, not a We0Agent or a function returning one.")
+        raise CliError(f"{spec}() returned {_a(value)}, not a We0Agent.")
     return value
 
 
@@ -116,19 +157,38 @@ def _table(p: Path, suffix: str, column: Optional[str]) -> list[str]:
     return [_text(v, f"{p}, row {i + 1}, column {name!r}") for i, v in enumerate(df[name].tolist())]
 
 
-def _jsonl(p: Path, column: Optional[str]) -> list[str]:
-    out = []
-    with open(p, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+def _lines(p: Path) -> Iterator[tuple[int, str]]:
+    """The file's lines, numbered; one that is not UTF-8 is named (file and line)."""
+    with open(p, "rb") as f:
+        for n, raw in enumerate(f, 1):
             try:
-                value = json.loads(line)
-            except ValueError as e:
-                raise CliError(f"{p}, line {n}: not JSON ({e}).") from None
-            if isinstance(value, dict):
-                value = value[_pick([str(k) for k in value], column, p)]
-            elif column is not None:
-                raise CliError(f"--column {column!r}: {p}, line {n} is not a JSON object.")
-            out.append(_text(value, f"{p}, line {n}"))
+                yield n, raw.decode("utf-8-sig" if n == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise CliError(f"--prompts {p}, line {n}: not UTF-8 text ({e.reason} at byte {e.start + 1} of "
+                               "the line); save the file as UTF-8.") from None
+
+
+def _jsonl(p: Path, column: Optional[str]) -> list[str]:
+    out, key = [], column
+    for n, line in _lines(p):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as e:
+            raise CliError(f"{p}, line {n}: not JSON ({e}).") from None
+        if isinstance(value, dict):
+            key = key or _pick([str(k) for k in value], None, p)  # (the first object's choice holds for all)
+            value = value[key] if key in value else _no_key(p, n, value, column, key)
+        elif column is not None:
+            raise CliError(f"--column {column!r}: {p}, line {n} is not a JSON object.")
+        out.append(_text(value, f"{p}, line {n}"))
     return out
+
+
+def _no_key(p: Path, n: int, value: dict[str, Any], column: Optional[str], key: str) -> Any:
+    keys = ", ".join(list(value)[:10]) or "none"
+    if column is not None:
+        raise CliError(f"--column {column!r}: {p}, line {n} has no such key (keys: {keys}).")
+    raise CliError(f"--prompts {p}, line {n}: no {key!r} key, the prompts' column (keys: {keys}); every "
+                   "object needs it, or name the column with --column.")

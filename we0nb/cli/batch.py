@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import statistics
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from ..models.pricing import format_cost
 from ..persistence.batches import BATCH_STATUSES, BatchInfo, BatchItem, ItemCost
 from ._common import CliError, hint, say
-from ._db import _sync_engine, normalize_db, safe_url, unreadable
+from ._db import normalize_db, read_sync, safe_url
 from .batch_work import add_work_parsers
+from .render import printable
 
 __all__ = ["add_parsers", "format_batches", "format_batch", "cmd_ls", "cmd_show"]
 
@@ -43,13 +44,14 @@ def format_batches(infos: list[BatchInfo]) -> str:
 
 
 def format_batch(info: BatchInfo, items: list[BatchItem], max_failures: int = 20,
-                 costs: Optional[list[ItemCost]] = None) -> str:
-    """Counts by status, attempts, tokens, cost and run times, and the failed items with their errors."""
+                 costs: Optional[list[ItemCost]] = None, go_on: str = "") -> str:
+    """Counts by status, attempts, tokens, cost and run times, and the failed items with their errors.
+    ``go_on``: the command that continues an unfinished batch (default: the Python call)."""
     out = [f"batch {info.name}: {info.items} items, created {_ts(info.created)}, updated {_ts(info.updated)}"]
     out.append("  " + "  ".join(f"{s}={info.counts[s]}" for s in BATCH_STATUSES if info.counts.get(s)))
     if info.unfinished:
-        out.append(f"  {info.unfinished} item(s) unfinished: the same agent.batch(prompts, name={info.name!r}) "
-                   "continues it")
+        go_on = go_on or f"the same agent.batch(prompts, name={info.name!r})"
+        out.append(f"  {info.unfinished} item(s) unfinished: {go_on} continues it")
     runs = [it.duration for it in items if it.attempts]
     if runs:
         out.append(f"  run time per item: median {statistics.median(runs):.2f} s, max {max(runs):.2f} s; "
@@ -63,7 +65,7 @@ def format_batch(info: BatchInfo, items: list[BatchItem], max_failures: int = 20
         out.append(f"\nfailures ({len(failed)}):")
         for it in failed[:max_failures]:
             error = (it.error or "").strip().splitlines()
-            out.append(f"  item {it.item} ({it.session_id}): {error[0][:160] if error else '?'}")
+            out.append(f"  item {it.item} ({it.session_id}): {printable(error[0][:160]) if error else '?'}")
         if len(failed) > max_failures:
             out.append(f"  … {len(failed) - max_failures} more (batch_df(store, {info.name!r}) has them all)")
     return "\n".join(out)
@@ -79,24 +81,16 @@ def _batch_cost(costs: list[ItemCost]) -> str:
             f"the priced calls {format_cost(priced)}")
 
 
-def _read(url: str, fn: Callable[[Any], Any]) -> Any:
-    from sqlalchemy.exc import SQLAlchemyError
-
-    engine = _sync_engine(url)
-    try:
-        with engine.connect() as conn:
-            return fn(conn)
-    except SQLAlchemyError as e:
-        raise unreadable(url, e) from None
-    finally:
-        engine.dispose()
+def _writer(url: str, name: str = "NAME") -> str:
+    """The command that writes a batch, suggested for a database without one."""
+    return hint("we0nb", "batch", "run", "MODULE:ATTR", "--prompts", "FILE", "--name", name, "--db", url)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
     from ..persistence.sql.batches import read_infos
 
     url = normalize_db(args.db)
-    infos = _read(url, read_infos)
+    infos = read_sync(url, read_infos, _writer(url))
     if not infos:
         say(f"no batches in {safe_url(url)}")
         return 0
@@ -109,13 +103,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     from ..persistence.sql.batches import read_costs, read_infos, read_items
 
     url, name = normalize_db(args.db), args.name
-    infos, items, costs = _read(url, lambda conn: (read_infos(conn), read_items(conn, name), read_costs(conn, name)))
+    infos, items, costs = read_sync(url, lambda conn: (read_infos(conn), read_items(conn, name),
+                                                       read_costs(conn, name)), _writer(url, name))
     info = next((i for i in infos if i.name == name), None)
     if info is None:
         known = ", ".join(repr(i.name) for i in infos[:10]) or "none"
         raise CliError(f"no batch {name!r} in {safe_url(url)} (batches: {known}); list them with "
                        f"`{hint('we0nb', 'batch', 'ls', '--db', url)}`.")
-    say(format_batch(info, items, costs=costs))
+    go_on = f"`{hint('we0nb', 'batch', 'work', 'MODULE:ATTR', name, '--db', url)}` (MODULE:ATTR: its agent)"
+    say(format_batch(info, items, costs=costs, go_on=go_on))
     return 0
 
 
@@ -133,6 +129,6 @@ def add_parsers(sub: Any, db: argparse.ArgumentParser, common: argparse.Argument
                            description="Print batch NAME: counts by status, run times, tokens, cost, failures.")
     show.add_argument("name", metavar="NAME", help="batch name (see `we0nb batch ls`)")
     show.set_defaults(run=cmd_show)
-    add_work_parsers(bsub, common)
+    workers = add_work_parsers(bsub, common)
     b.set_defaults(run=lambda args: b.print_help() or 2)
-    return {"batch": b}
+    return {"batch": b, "batch ls": ls, "batch show": show, **workers}

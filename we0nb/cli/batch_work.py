@@ -17,19 +17,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import os
 import signal
 import sys
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Optional
 
-from ._common import EXIT_INTERRUPTED, CliError, CtrlC, hint, say
-from ._db import normalize_db, open_store, safe_url
+from ._common import EXIT_INTERRUPTED, CliError, CtrlC, check_name, hint, say
+from ._db import from_env, normalize_db, open_store, read_sync, safe_url
 from ._target import load_agent, read_prompts
 
 __all__ = ["add_work_parsers", "cmd_run", "cmd_work", "EXIT_TERMINATED"]
 
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143, as a shell reports a process SIGTERM ended
+#: the largest --concurrency and --max-failures (a bigger count is a typo, and overflows the database)
+MAX_CONCURRENCY = 1000
+MAX_FAILURES = 1_000_000_000
 
 
 class Stopper:
@@ -68,7 +70,7 @@ class Stopper:
 
 
 def _store_url(args: argparse.Namespace) -> Optional[str]:
-    db = args.db if args.db is not None else os.environ.get("WE0NB_DB")
+    db = args.db if args.db is not None else from_env()
     if db is None:
         return None
     url = normalize_db(db)
@@ -133,28 +135,54 @@ async def _work(agent: Any, args: argparse.Namespace, ctrl: CtrlC, url: str,
 
 
 async def cmd_run(args: argparse.Namespace, ctrl: CtrlC) -> int:
+    check_name(args.name, "--name", "batch names")
     prompts = read_prompts(args.prompts, args.column)  # (a bad file says so before the agent loads)
     async with _on_database(await load_agent(args.agent), args) as (agent, url):
         return await _work(agent, args, ctrl, safe_url(url), prompts)
 
 
+def _create_hint(args: argparse.Namespace, url: str) -> str:
+    return hint("we0nb", "batch", "run", args.agent, "--prompts", "FILE", "--name", args.name, "--db", url)
+
+
+def _check_batch(args: argparse.Namespace) -> None:
+    """``work`` only joins a batch: one ``--db`` lacks is refused before the store is opened for
+    writing (which would create the database, or we0nb's tables in another application's)."""
+    from ..persistence.sql.batches import read_infos
+
+    url = _store_url(args)
+    if url is None:  # (the agent's own store, opened by its module: checked by work_batch)
+        return
+    infos = read_sync(url, read_infos, _create_hint(args, url))
+    if not any(i.name == args.name for i in infos):
+        known = ", ".join(repr(i.name) for i in infos[:10]) or "none"
+        raise CliError(f"no batch {args.name!r} in {safe_url(url)} (batches: {known}); create it first with "
+                       f"`{_create_hint(args, url)}`.")
+
+
 async def cmd_work(args: argparse.Namespace, ctrl: CtrlC) -> int:
+    check_name(args.name, "NAME", "batch names")
+    _check_batch(args)
     async with _on_database(await load_agent(args.agent), args) as (agent, url):
         try:
             return await _work(agent, args, ctrl, safe_url(url), None)
         except LookupError as e:
             where = str(e).replace("this database", safe_url(url))
-            raise CliError(f"{where}; create it first with `{hint('we0nb', 'batch', 'run', args.agent, '--prompts', 'FILE', '--name', args.name, '--db', safe_url(url))}`.") from None
+            raise CliError(f"{where}; create it first with `{_create_hint(args, url)}`.") from None
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return n
+def _count(maximum: int) -> Any:
+    """An argparse type: an integer from 1 to ``maximum``."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if not 1 <= n <= maximum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= 1 and at most {maximum}, got {text!r}")
+        return n
+
+    return parse
 
 
 def _worker_options(p: argparse.ArgumentParser) -> None:
@@ -164,13 +192,14 @@ def _worker_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", default=None,
                    help="the database the workers share (postgresql://… across hosts; sqlite:///file.db on one); "
                         "default $WE0NB_DB, else the agent's own")
-    p.add_argument("--concurrency", type=_positive, default=8, metavar="N", help="items at a time (default 8)")
-    p.add_argument("--max-failures", type=_positive, default=None, metavar="N",
+    p.add_argument("--concurrency", type=_count(MAX_CONCURRENCY), default=8, metavar="N",
+                   help=f"items at a time (default 8, at most {MAX_CONCURRENCY})")
+    p.add_argument("--max-failures", type=_count(MAX_FAILURES), default=None, metavar="N",
                    help="stop this worker after N failed items")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. for logs)")
 
 
-def add_work_parsers(bsub: Any, common: argparse.ArgumentParser) -> None:
+def add_work_parsers(bsub: Any, common: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     """``batch run`` and ``batch work`` under ``we0nb batch``."""
     run = bsub.add_parser("run", parents=[common], help="create (or continue) a batch from a file and work on it",
                           description="Create batch NAME from the prompts of FILE (or continue it) and work on it "
@@ -186,3 +215,4 @@ def add_work_parsers(bsub: Any, common: argparse.ArgumentParser) -> None:
     _worker_options(work)
     work.add_argument("name", metavar="NAME", help="the batch (see `we0nb batch ls`)")
     work.set_defaults(run=cmd_work)
+    return {"batch run": run, "batch work": work}

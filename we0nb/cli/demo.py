@@ -21,7 +21,7 @@ from .._ids import new_id
 from ..engine import user_message
 from ..engine.request import check_session_id
 from ..messages import Session, SessionTime, Transcript
-from ._common import CliError, CtrlC, hint, rule, say
+from ._common import CliError, CtrlC, check_name, hint, rule, say
 from ._db import load_session, normalize_db, open_store, safe_url
 from .demo_agent import AT_MOST_ONCE_TITLE, DEMO_PROMPT, DEMO_TOOLS, demo_agent, ledger_path
 from .demo_run import AbortPlan, print_store, report, resume_phase, stop_before_resume, stream_run
@@ -31,7 +31,7 @@ __all__ = ["cmd_demo", "cmd_resume", "add_parsers"]
 
 async def cmd_demo(args: argparse.Namespace, ctrl: CtrlC) -> int:
     url = normalize_db(args.db)
-    session_id = check_session_id(args.session, "--session") if args.session else new_id("ses")
+    session_id = check_name(args.session, "--session") if args.session is not None else new_id("ses")
     p = open_store(url, read_only=False)
     try:
         if await p.get_session(session_id) is not None:
@@ -112,7 +112,7 @@ async def cmd_resume(args: argparse.Namespace, ctrl: CtrlC) -> int:
             raise CliError(
                 f"session {session_id!r} was not written by `we0nb demo`, so the command line has no model "
                 "or tools for it. Resume it from Python with the agent that ran it:\n"
-                f"    agent = We0Agent(model, tools=[...], persistence=SqlPersistence({url!r}))\n"
+                f"    agent = We0Agent(model, tools=[...], persistence=SqlPersistence({safe_url(url)!r}))\n"
                 f"    await agent.invoke(mode='resume', session_id={session_id!r})")
         ledger = ledger_path(url)
         approve = any(q.approval is not None for m in tr.messages for q in m.tool_parts)  # made with --approve

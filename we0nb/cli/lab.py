@@ -79,6 +79,8 @@ def _where(args: argparse.Namespace) -> Path:
         raise CliError("cannot find the tutorials (neither a notebooks/ folder here nor the copy installed with "
                        "we0nb). Run `we0nb lab` from a clone of the repository, or pass --dir PATH.")
     where = Path(args.dir).expanduser()
+    if where.exists() and not where.is_dir():
+        raise CliError(f"--dir must be a folder; {where} is a file. Name a folder (it is made if missing).")
     if where.is_dir() and any(where.glob("*.ipynb")) and not (where / "01-quickstart.ipynb").exists():
         return where  # a folder of the user's own notebooks: opened as it is
     if source is not None and where.resolve() == source.resolve():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 import sys
 import textwrap
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -16,7 +17,7 @@ from ..messages import (UNFINISHED_REASON, AssistantMessage, MessageWithParts, R
                         Transcript)
 from ..models.pricing import format_cost
 
-__all__ = ["ts", "table", "outcome", "tool_rows", "format_tools", "format_transcript", "session_state", "call_label",
+__all__ = ["ts", "printable", "table", "outcome", "tool_rows", "format_tools", "format_transcript", "session_state", "call_label",
            "approval_rows", "session_cost", "LivePrinter", "TOOL_COLUMNS"]
 
 
@@ -26,8 +27,21 @@ def ts(t: Optional[float]) -> str:
     return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+#: C0 and C1 control characters (ESC starts the terminal's escape codes), and the same but newline
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(s: str, newlines: bool = False) -> str:
+    """Stored text as the terminal is given it: a control character (an escape code a title or a
+    model's text may hold) written as its escape (``\\x1b``), so stored data cannot drive the
+    terminal. ``newlines``: keep them (a message body)."""
+    pattern = _CONTROL_BUT_NEWLINE if newlines else _CONTROL
+    return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), s)
+
+
 def _short(s: Any, width: int) -> str:
-    s = " ".join(str(s).split())
+    s = printable(" ".join(str(s).split()))
     return s if len(s) <= width else s[: width - 3] + "..."
 
 
@@ -122,7 +136,7 @@ def _message_head(m: MessageWithParts) -> list[str]:
         extra += f"  cost={format_cost(info.cost)}"
     out = [f"\n[assistant] {ts(info.time.created)}  {info.id}  {state}{extra}"]
     if info.error is not None:
-        out.append(f"  ! {info.error.reason}: {info.error.message} {_json(info.error.metadata)}")
+        out.append(printable(f"  ! {info.error.reason}: {info.error.message} {_json(info.error.metadata)}"))
     return out
 
 
@@ -141,9 +155,9 @@ def format_transcript(tr: Transcript, width: int = 88) -> str:
         out += _message_head(m)
         for p in m.parts:
             if isinstance(p, TextPart) and p.text:
-                out.append(wrap(p.text, "  "))
+                out.append(wrap(printable(p.text, newlines=True), "  "))
             elif isinstance(p, ReasoningPart) and p.text:
-                out.append(wrap("(thinking) " + p.text, "  "))
+                out.append(wrap("(thinking) " + printable(p.text, newlines=True), "  "))
             elif isinstance(p, ToolPart):
                 oc = outcome(p, m)
                 out.append(f"  -> {call_label(p)}  [{p.state.status}]" + ("" if oc == "-" else f" {oc}"))
@@ -162,6 +176,8 @@ def session_cost(tr: Transcript) -> str:
     calls = f"{len(costs)} model call{'s' * (len(costs) != 1)}"
     if len(known) == len(costs):
         return f"{format_cost(sum(known, 0.0))} ({calls})"
+    if not known:
+        return f"unknown: {calls}, none with a known price (give the model price=...)"
     return (f"unknown: {len(costs) - len(known)} of {calls} without a known price (give the model price=...); "
             f"the others {format_cost(sum(known, 0.0))}")
 

@@ -16,12 +16,13 @@ from .._text import clean
 from ..messages import ToolPart, Usage, _Displayable
 
 __all__ = ["UserInput", "user_message", "RunRequest", "RunResult", "build_request", "check_session_id", "Mode",
-           "MAX_SESSION_ID"]
+           "MAX_SESSION_ID", "UNPRINTABLE"]
 
 Mode = Literal["prompt", "resume"]
 MODES = ("prompt", "resume")
 
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+#: what an id may not hold: control characters and lone surrogates (one rule for the API and the CLI)
+UNPRINTABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 #: the longest session id, on every backend (PostgreSQL indexes it as varchar(255))
 MAX_SESSION_ID = 255
@@ -37,7 +38,7 @@ def check_session_id(session_id: object, where: str = "session_id") -> str:
     if len(session_id) > MAX_SESSION_ID:
         raise ValueError(f"{where} is {len(session_id)} characters long; session ids have at most "
                          f"{MAX_SESSION_ID} characters. Use a shorter id (or a hash of yours).")
-    bad = _UNPRINTABLE.search(session_id)
+    bad = UNPRINTABLE.search(session_id)
     if bad is not None:
         raise ValueError(f"{where} contains the character {bad.group()!r}; session ids must be printable "
                          "text (no control characters).")
