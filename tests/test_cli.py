@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from clikit import cli
 from sql_support import PG_URL, pg_schema, pg_tables  # noqa: F401  (pg_schema: a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,18 +141,6 @@ def test_demo_in_memory_needs_no_database(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "OK: every order was placed exactly once." in p.stdout
     assert not list(tmp_path.glob("*.db"))
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    """Run the command in this process (fast); exit code, stdout, stderr."""
-    from we0nb.cli import main
-
-    try:
-        code = main(list(args))
-    except SystemExit as e:  # argparse: --help, usage errors
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_errors_in_a_subprocess(tmp_path):

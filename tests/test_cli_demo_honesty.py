@@ -21,6 +21,7 @@ from typing import Optional
 import pytest
 
 from we0nb import SqlPersistence, Transcript
+from clikit import cli
 
 FAST = ("--delay", "0")
 
@@ -174,14 +175,6 @@ def check(out: str, db: Path, sid: str, *, before: Optional[Transcript] = None, 
 
 
 # --------------------------------------------------------------------------- runs
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    from we0nb.cli import main
-
-    code = main(list(args))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def sid_of(out: str) -> str:

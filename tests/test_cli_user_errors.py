@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from clikit import cli
 from sql_support import PG_URL, pg_schema, pg_tables  # noqa: F401  (pg_schema: a fixture)
 from we0nb import FunctionModel, SqlPersistence, We0Agent, text, user_message
 
@@ -29,18 +30,6 @@ def returns_none():
 def exits():
     sys.exit(0)
 """
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    """Run the command in this process; exit code, stdout, stderr."""
-    from we0nb.cli import main
-
-    try:
-        code = main(list(args))
-    except SystemExit as e:  # argparse: --help, usage errors
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def one_line(result: tuple[int, str, str], code: int = 1) -> str:
