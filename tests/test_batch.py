@@ -349,6 +349,38 @@ async def test_rate_limits_slow_the_batch_down_instead_of_failing_items(store, l
     _assert_no_side_effect_twice(ledger)
 
 
+async def test_a_burst_of_rate_limits_at_one_instant_doubles_the_back_off_once(store, ledger, monkeypatch) -> None:
+    # eight items rate-limited at the same instant doubled it eight times: 1 s became 60 s
+    monkeypatch.setattr(Worker, "BACKOFF", 0.1)
+    pauses: list[float] = []
+    ended = Worker._ended
+
+    def watch(self, it, outcome, recorded):
+        ended(self, it, outcome, recorded)
+        if outcome.rate_limited:
+            pauses.append(self.backoff)
+
+    monkeypatch.setattr(Worker, "_ended", watch)
+    agent = make_agent(store, ledger, rate_limit={f"p{i}": 1 for i in range(8)})
+    t0 = time.monotonic()
+    batch = await agent.batch(prompts(8), name="burst", concurrency=8, progress=False)
+    assert batch.counts == {"stop": 8} and pauses == [0.1] * 8
+    assert time.monotonic() - t0 < 5  # (was 0.1 * 2**7 = 12.8 s here, 60 s with the default 1 s)
+
+
+async def test_a_new_batch_refuses_session_ids_the_store_holds_and_a_continuation_keeps_its_own(store, ledger) -> None:
+    # a second batch named the first one's sessions: it ran its turns in them, and both frames lied
+    agent = make_agent(store, ledger, steps=0)
+    first = await agent.batch(prompts(2), name="first", session_ids=["x1", "x2"], progress=False)
+    assert first.counts == {"stop": 2}
+    again = await agent.batch(prompts(2), name="first", session_ids=["x1", "x2"], progress=False)
+    assert again.counts == {"stop": 2}  # (the same batch continued: its own sessions)
+    with pytest.raises(ValueError, match=r"session 'x1' already exists in this store \(2 of these 2 do\)"):
+        await agent.batch(prompts(2), name="second", session_ids=["x1", "x2"], progress=False)
+    assert [b.name for b in await store.list_batches()] == ["first"]  # (nothing written)
+    assert [m.info.role for m in (await agent.transcript("x1")).messages] == ["user", "assistant"]
+
+
 async def test_approval_items_wait_until_decided_then_a_continuation_resumes_them(store, ledger) -> None:
     agent = make_agent(store, ledger, steps=1, approval=lambda p: p == "p1")
     batch = await agent.batch(prompts(3), name="ap", progress=False)

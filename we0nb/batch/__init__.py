@@ -37,11 +37,26 @@ async def run_batch(agent: Any, prompts: Any, *, name: Optional[str] = None, con
     new = batch_items(prompts, session_ids)
     name = new_batch_name() if name is None else check_session_id(name, "batch(name=...)")
     store = batch_queue(agent.persistence)
+    if session_ids is not None and not await store.list_batches(name):  # (a new batch: its sessions are new)
+        await _refuse_taken(agent.persistence, [it.session_id for it in new])
     await store.open_batch(name, new, session_ids_given=session_ids is not None, now=now())
     queued = await _requeue(agent, store, name, retry_failed)
     return await _observed(agent, name, len(new), concurrency=concurrency, abort=abort, progress=progress,
                            own_sessions=session_ids is None, max_failures=max_failures, max_cost=max_cost,
                            queued=queued)
+
+
+async def _refuse_taken(persistence: Any, session_ids: Sequence[str]) -> None:
+    """A new batch's items run in new sessions: an id the store holds already (another batch's
+    item, a notebook's session) is refused before anything is written — its turns would mix in."""
+    for start in range(0, len(session_ids), 64):  # (64 reads at a time: one round trip each on PostgreSQL)
+        chunk = session_ids[start:start + 64]
+        found = await asyncio.gather(*(persistence.get_session(sid) for sid in chunk))
+        taken = [sid for sid, got in zip(chunk, found) if got is not None]
+        if taken:
+            raise ValueError(f"batch(session_ids=...): session {taken[0]!r} already exists in this store "
+                             f"({len(taken)} of these {len(chunk)} do); a batch's items run in new sessions: "
+                             "pass new ids, or none (they are made), or continue that batch by its name.")
 
 
 async def work_batch(agent: Any, name: str, *, concurrency: int = 8, abort: Optional[asyncio.Event] = None,

@@ -271,8 +271,10 @@ class Worker:
             log.warning("batch %r: item %d was taken over by another worker before its end was recorded "
                         "(this worker's claim had lapsed)", self.name, it.item)
         if outcome.rate_limited:
-            self.backoff = min(self.MAX_BACKOFF, max(self.BACKOFF, self.backoff * 2))
-            self.paused_until = time.monotonic() + self.backoff
+            clock = time.monotonic()
+            if clock >= self.paused_until:  # (one burst of 429s at the same instant doubles it once)
+                self.backoff = min(self.MAX_BACKOFF, max(self.BACKOFF, self.backoff * 2))
+                self.paused_until = clock + self.backoff
         elif end.status in ("stop", "compact", "approval"):
             self.backoff = 0.0
         if end.status == "failed":
