@@ -147,6 +147,37 @@ async def test_a_step_without_a_finish_event_makes_the_runs_cost_unknown() -> No
     assert result.cost is None  # one unknown step: the run's sum is unknown
 
 
+@pytest.mark.parametrize("status, cost", [(429, 0.0), (400, 0.0), (500, None), (None, None)])
+async def test_a_request_the_provider_refused_before_any_output_cost_nothing_known(status, cost) -> None:
+    # a rate-limited call's cost was unknown, so one 429 made a fully priced batch's cost unknown
+    from we0nb import ModelError
+    from we0nb.errors import ModelProviderError
+
+    def refuse(request: Any) -> Any:
+        raise ModelProviderError("no", status_code=status)
+
+    agent = We0Agent(FunctionModel(refuse, provider="openai", model_id="gpt-4o"))
+    with pytest.raises(ModelError):
+        await agent.invoke(session_id="ses_refused", messages=[user_message("q")])
+    info = (await agent.transcript("ses_refused")).messages[-1].info
+    assert info.error is not None and info.usage.input_tokens == 0
+    assert info.cost == cost  # (a 4xx before any output: refused, nothing billed; else unknown)
+
+
+async def test_a_call_refused_after_some_output_keeps_an_unknown_cost() -> None:
+    from we0nb import ModelError
+    from we0nb.errors import ModelProviderError
+
+    from we0nb.testing import fail
+
+    model = ScriptedModel([[text("some words"), fail(ModelProviderError("cut", status_code=429))]],
+                          provider="openai", model_id="gpt-4o")
+    agent = We0Agent(model)
+    with pytest.raises(ModelError):
+        await agent.invoke(session_id="ses_partly", messages=[user_message("q")])
+    assert (await agent.transcript("ses_partly")).messages[-1].info.cost is None
+
+
 async def test_a_run_without_a_model_call_cost_nothing() -> None:
     @tool(requires_approval=True)
     def act(q: str) -> str:

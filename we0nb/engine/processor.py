@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Optional
 from .._ids import call_key, now
 from .._json import clip_depth, too_deep
 from .._text import SurrogateJoiner, clean, clean_json
-from ..errors import ModelError, PersistenceError
+from ..errors import ModelError, ModelProviderError, PersistenceError
 from ..messages import (
     AssistantMessage,
     MessageError,
@@ -244,6 +244,12 @@ class StepProcessor:
 
     # ------------------------------------------------------------------ failure
 
+    def _refused(self, exc: BaseException) -> bool:
+        """The provider refused the request (an HTTP 4xx: a rate limit, a bad request, a context
+        too long) before any output: it bills nothing, so the call's cost is known — 0, not unknown."""
+        status = exc.status_code if isinstance(exc, ModelProviderError) else None
+        return status is not None and 400 <= status < 500 and all(p.type == "step-start" for p in self.msg.parts)
+
     async def _failed(self, exc: BaseException, stream: Any) -> Optional[ModelError]:
         """Persist what the step produced and record a model failure on the message.
 
@@ -263,6 +269,8 @@ class StepProcessor:
         info = self.info
         info.error = MessageError(reason=type(exc).__name__, message=clean(str(exc) or repr(exc)),
                                   metadata={"step": self.state.steps})
+        if self._refused(exc):
+            info.cost = 0.0  # (the provider refused the request: a known price, nothing to pay)
         await writer.write(info)
         await writer.p.flush()
         if isinstance(exc, ModelError):
