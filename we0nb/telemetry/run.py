@@ -303,15 +303,7 @@ class RunTracer:
             return {}
         from ..models.pricing import call_cost
 
-        usage = finish.usage
-        attrs: dict[str, Any] = {INPUT_TOKENS: usage.input_tokens, OUTPUT_TOKENS: usage.output_tokens}
-        if usage.cached_tokens:
-            attrs[CACHE_READ] = usage.cached_tokens
-        if usage.cache_write_tokens:
-            attrs[CACHE_CREATION] = usage.cache_write_tokens
-        cost = call_cost(self.agent.model, usage, chat[0])
-        if cost is not None:
-            attrs[COST] = cost
+        attrs = A.usage_attributes(finish.usage, call_cost(self.agent.model, finish.usage, chat[0]))
         attrs[FINISH_REASONS] = _reasons(finish.reason)
         return attrs
 
