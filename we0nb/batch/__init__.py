@@ -35,7 +35,7 @@ async def run_batch(agent: Any, prompts: Any, *, name: Optional[str] = None, con
     """``agent.batch(...)``: see :meth:`we0nb.We0Agent.batch`."""
     _check(concurrency, abort, max_failures, max_cost)
     new = batch_items(prompts, session_ids)
-    name = new_batch_name() if name is None else check_session_id(name, "batch(name=...)")
+    name = new_batch_name() if name is None else check_session_id(name, "batch(name=...)", "batch names")
     store = batch_queue(agent.persistence)
     if session_ids is not None and not await store.list_batches(name):  # (a new batch: its sessions are new)
         await _refuse_taken(agent.persistence, [it.session_id for it in new])

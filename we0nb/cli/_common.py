@@ -55,18 +55,12 @@ def safe_url(url: str) -> str:
 def check_name(value: str, flag: str, what: str = "session ids") -> str:
     """An id typed on the command line, by the engine's rule (``check_session_id``), refused in
     the words of the flag that gave it (the API's messages name its parameters)."""
-    from ..engine.request import MAX_SESSION_ID, UNPRINTABLE
+    from ..engine.request import check_session_id
 
-    if not value.strip():
-        raise CliError(f"{flag} must not be empty.")
-    if len(value) > MAX_SESSION_ID:
-        raise CliError(f"{flag} is {len(value)} characters long; {what} have at most {MAX_SESSION_ID} "
-                       "characters. Use a shorter one.")
-    bad = UNPRINTABLE.search(value)
-    if bad is not None:
-        raise CliError(f"{flag} contains the character {bad.group()!r}; {what} must be printable text "
-                       "(no control characters).")
-    return value
+    try:
+        return check_session_id(value, flag, what)
+    except ValueError as e:
+        raise CliError(str(e)) from None
 
 
 def json_object(text: str, flag: str, holding: str, example: str, outcome: str = "") -> dict[str, Any]:

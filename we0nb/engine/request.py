@@ -16,31 +16,31 @@ from .._text import clean
 from ..messages import ToolPart, Usage, _Displayable
 
 __all__ = ["UserInput", "user_message", "RunRequest", "RunResult", "build_request", "check_session_id", "Mode",
-           "MAX_SESSION_ID", "UNPRINTABLE"]
+           "MAX_SESSION_ID"]
 
 Mode = Literal["prompt", "resume"]
 MODES = ("prompt", "resume")
 
-#: what an id may not hold: control characters and lone surrogates (one rule for the API and the CLI)
-UNPRINTABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 #: the longest session id, on every backend (PostgreSQL indexes it as varchar(255))
 MAX_SESSION_ID = 255
 
 
-def check_session_id(session_id: object, where: str = "session_id") -> str:
+def check_session_id(session_id: object, where: str = "session_id", what: str = "session ids") -> str:
     """The one rule for session ids on every backend: a non-empty string of at most 255
-    characters, without control characters (NUL included). Raises TypeError/ValueError."""
+    characters, without control characters (NUL included). Raises TypeError/ValueError, saying
+    ``where`` the value came from and ``what`` it is (a batch's name follows the same rule)."""
     if not isinstance(session_id, str):
         raise TypeError(f"{where} must be a string, got {type(session_id).__name__}.")
     if not session_id.strip():
         raise ValueError(f"{where} must not be empty.")
     if len(session_id) > MAX_SESSION_ID:
-        raise ValueError(f"{where} is {len(session_id)} characters long; session ids have at most "
+        raise ValueError(f"{where} is {len(session_id)} characters long; {what} have at most "
                          f"{MAX_SESSION_ID} characters. Use a shorter id (or a hash of yours).")
-    bad = UNPRINTABLE.search(session_id)
+    bad = _UNPRINTABLE.search(session_id)
     if bad is not None:
-        raise ValueError(f"{where} contains the character {bad.group()!r}; session ids must be printable "
+        raise ValueError(f"{where} contains the character {bad.group()!r}; {what} must be printable "
                          "text (no control characters).")
     return session_id
 
