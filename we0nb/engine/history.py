@@ -88,6 +88,10 @@ class HistoryCache:
         self._start = 0
         self._done = 0
         self._converted: list[ModelMessage] = []
+        #: the last message as converted for the previous request, when it was settled then:
+        #: ``(message, its part count, its items)`` — taken as its final conversion once a later
+        #: message follows it (a step's request is built before its own message joins the list)
+        self._last: Optional[tuple[MessageWithParts, int, list[ModelMessage]]] = None
 
     def invalidate(self) -> None:
         self._messages = None
@@ -98,6 +102,7 @@ class HistoryCache:
             summary = _latest_summary(messages)
             self._start = self._done = max(summary, 0)
             self._converted = [] if summary >= 0 else list(self._earlier)
+            self._last = None
         end = len(messages) - 1
         while self._done < end:
             m = messages[self._done]
@@ -105,12 +110,21 @@ class HistoryCache:
                 # a compaction summary restarts what the model sees
                 self._start = self._done
                 self._converted = []
-            self._converted.extend(convert(m))
+            last = self._last
+            if last is not None and last[0] is m and last[1] == len(m.parts):
+                self._converted.extend(last[2])
+            else:
+                self._converted.extend(convert(m))
+            self._last = None
             self._done += 1
         out = list(self._converted)
         if end >= self._start and end >= 0:
-            last = messages[end]
-            if last.info.role == "assistant" and getattr(last.info, "summary", False):
-                return convert(last)
-            out.extend(convert(last))
+            last_message = messages[end]
+            if last_message.info.role == "assistant" and getattr(last_message.info, "summary", False):
+                return convert(last_message)
+            items = convert(last_message)
+            info = last_message.info
+            if info.role == "user" or info.time.completed is not None:  # (settled: no more parts come)
+                self._last = (last_message, len(last_message.parts), items)
+            out.extend(items)
         return out
