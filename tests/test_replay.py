@@ -171,3 +171,85 @@ def test_a_url_without_a_database_is_refused_and_not_created(tmp_path):
     assert not missing.exists()
     with pytest.raises(ValueError, match="is not a database URL"):
         ReplayModel("not a url", "ses_a")
+
+
+async def _record_compacting(p):
+    """A session whose first turn compacted (ended 'compact') and whose second answered."""
+    model = ScriptedModel([[text("A long answer."), usage(input_tokens=900)], [text("Summary: long answer given.")],
+                           [text("Continuing.")]], context_window=1000)
+    agent = We0Agent(model, persistence=p)
+    first = await agent.invoke(session_id="ses_c", messages=[user_message("do")])
+    second = await agent.invoke(session_id="ses_c", messages=[user_message("more")])
+    assert (first.result, second.text) == ("compact", "Continuing.")
+
+
+def test_a_replay_with_the_recorded_context_window_compacts_where_the_recording_did(store):
+    async def go():
+        await _record_compacting(store)
+        replay = ReplayModel(store, "ses_c", context_window=1000)
+        agent = We0Agent(replay, persistence=store)
+        first = await agent.invoke(session_id="ses_c2", messages=[user_message("do")])
+        second = await agent.invoke(session_id="ses_c2", messages=[user_message("more")])
+        assert (first.result, second.result, second.text) == ("compact", "stop", "Continuing.")
+        assert replay.step == replay.steps == 3
+
+    run(go())
+
+
+def test_a_strict_replay_never_serves_a_recorded_summary_as_an_answer(store):
+    async def go():
+        await _record_compacting(store)
+        agent = We0Agent(ReplayModel(store, "ses_c"), persistence=store)  # (no context window: no compaction)
+        first = await agent.invoke(session_id="ses_c3", messages=[user_message("do")])
+        assert first.text == "A long answer."
+        with pytest.raises(ReplayMismatchError) as info:
+            await agent.invoke(session_id="ses_c3", messages=[user_message("more")])
+        assert info.value.step == 2 and "compacted its history here" in str(info.value)
+        assert "context_window" in str(info.value)
+
+    run(go())
+
+
+def test_a_loose_replay_skips_the_summaries_the_agent_did_not_ask_for(store):
+    async def go():
+        await _record_compacting(store)
+        agent = We0Agent(ReplayModel(store, "ses_c", strict=False), persistence=store)
+        await agent.invoke(session_id="ses_c4", messages=[user_message("do")])
+        second = await agent.invoke(session_id="ses_c4", messages=[user_message("more")])
+        assert second.text == "Continuing."
+
+    run(go())
+
+
+def test_a_recorded_model_failure_fails_again_in_the_replay(store):
+    from we0nb import FunctionModel, ModelError
+
+    async def go():
+        calls = []
+
+        def failing(request):
+            calls.append(request)
+            if len(calls) == 1:
+                raise RuntimeError("provider down")
+            return [text("recovered answer")]
+
+        agent = We0Agent(FunctionModel(failing, model_id="flaky"), persistence=store)
+        with pytest.raises(ModelError):
+            await agent.invoke(session_id="ses_f", messages=[user_message("hi")])
+        assert (await agent.invoke(session_id="ses_f", mode="resume")).text == "recovered answer"
+
+        replay = ReplayModel(store, "ses_f")
+        again = We0Agent(replay, persistence=store)
+        with pytest.raises(ModelError) as info:  # (it answered nothing the first time: no empty answer now)
+            await again.invoke(session_id="ses_f2", messages=[user_message("hi")])
+        assert "RuntimeError: provider down" in str(info.value) and replay.step == 1
+        assert (await again.invoke(session_id="ses_f2", mode="resume")).text == "recovered answer"
+        assert replay.step == replay.steps == 2
+
+    run(go())
+
+
+def test_replay_context_window_must_be_a_positive_int():
+    for bad in (0, -5, 1.5, "1000", True):
+        with pytest.raises(ValueError, match="context_window"):
+            ReplayModel(None, "ses_x", context_window=bad)

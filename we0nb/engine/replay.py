@@ -12,7 +12,11 @@ The recording is read at the start of the first run (:meth:`prepare`, before the
 anything), from an agent's store, a persistence or a database URL. What the recorded run sent at
 step *k* is the history before the *k*-th assistant message as the engine builds it
 (:func:`~we0nb.engine.history.to_model_messages`): a finished message never changes, so that is
-what was sent. A compaction's summary call is served its summary, never compared.
+what was sent. A compaction's summary call is served its summary, never compared; the replaying
+agent compacts where the recorded one did only if its model has the recorded model's
+``context_window`` (a keyword here), and a strict replay that meets a summary where the agent asks
+for a step (or the reverse) says so. A recorded call that failed fails again
+(:class:`RecordedModelError`): a replay never turns a failure into an answer.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional, Sequence
 
 from ..errors import ReplayMismatchError
-from ..messages import AssistantMessage, CompactionPart, MessageWithParts, ReasoningPart, TextPart, ToolPart
+from ..messages import (UNFINISHED_REASON, AssistantMessage, CompactionPart, MessageWithParts, ReasoningPart,
+                        TextPart, ToolPart)
 from ..models.base import (AssistantTurn, FinishEvent, Model, ModelEvent, ModelMessage, ModelRequest, ReasoningDelta,
                            ReasoningEnd, TextDelta, ToolCallEvent, ToolResult, UserTurn)
 from ..persistence.base import Persistence
@@ -31,7 +36,17 @@ from .history import to_model_messages
 from .request import check_session_id
 from .revert import visible_messages
 
-__all__ = ["ReplayModel", "RecordedStep", "load_steps", "comparable"]
+__all__ = ["ReplayModel", "RecordedStep", "RecordedModelError", "load_steps", "comparable"]
+
+
+class RecordedModelError(Exception):
+    """A recorded model call that failed, failing again in a replay (the run wraps it in a
+    :class:`~we0nb.ModelError`, as it wrapped the original failure): ``reason`` and ``message``
+    are the recorded error's."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(f"the recorded model call failed: {reason}: {message}")
+        self.reason, self.message = reason, message
 
 
 @dataclass(frozen=True)
@@ -42,6 +57,8 @@ class RecordedStep:
     events: tuple[ModelEvent, ...]
     sent: tuple[ModelMessage, ...]
     summary: bool = False
+    #: ``(reason, message)`` of a call that failed (its events are what it streamed before)
+    failure: Optional[tuple[str, str]] = None
 
 
 class ReplayModel(Model):
@@ -51,12 +68,19 @@ class ReplayModel(Model):
     Its ``model_id`` is ``replay:<the recorded model>``: a replayed message never claims to be
     from a model that did not run. ``requests`` lists what each call received; ``step`` is the
     number of calls served so far (:meth:`rewind` starts again from the first step).
+    ``context_window``: the recorded model's, for a recording that compacted (the replaying agent
+    compacts at the same steps only with the same window and ``compaction_threshold``).
     """
 
-    def __init__(self, source: Any, session_id: str, *, strict: bool = True):
+    def __init__(self, source: Any, session_id: str, *, strict: bool = True,
+                 context_window: Optional[int] = None):
         check_session_id(session_id, "ReplayModel(session_id)")
         if not isinstance(strict, bool):
             raise TypeError(f"ReplayModel(strict=...): expected True or False, got {strict!r}.")
+        if context_window is not None and (type(context_window) is not int or context_window <= 0):
+            raise ValueError("ReplayModel(context_window=...): expected the recorded model's context window in "
+                             f"tokens, a positive int (or None), got {context_window!r}.")
+        self.context_window = context_window
         self.source = source
         self.session_id = session_id
         self.strict = strict
@@ -143,11 +167,33 @@ class ReplayModel(Model):
                 f"{len(self._steps)} step(s); the agent called the model more often than the recorded run.",
                 step=n)
         recorded = self._steps[self.step]
-        if self.strict and request.purpose == "step" and not recorded.summary:
+        asked_summary = request.purpose == "summary"
+        if recorded.summary != asked_summary:
+            if self.strict or asked_summary:
+                raise self._compaction_mismatch(n, recorded.summary)
+            while self.step < len(self._steps) and self._steps[self.step].summary:  # (no compaction here: skipped)
+                self.step += 1
+            async for event in self.stream(request):  # (the step after the skipped summaries)
+                yield event
+            return
+        if self.strict and not asked_summary:
             _check(self.session_id, n, recorded.sent, request.messages)
         self.step = n
         for event in recorded.events:
             yield event
+        if recorded.failure is not None:
+            raise RecordedModelError(*recorded.failure)
+
+    def _compaction_mismatch(self, n: int, recorded_summary: bool) -> ReplayMismatchError:
+        if recorded_summary:
+            what = ("the recorded run compacted its history here (step {n} is a summary), but the agent asked for "
+                    "a model step: give ReplayModel(context_window=...) the recorded model's context window (and "
+                    "the agent the recorded compaction_threshold), or pass strict=False to skip the summaries")
+        else:
+            what = ("the agent compacted its history here (it asked for a summary at step {n}), but the recorded run "
+                    "did not: give ReplayModel the recorded model's context_window (or none) and the agent the "
+                    "recorded compaction_threshold")
+        return ReplayMismatchError(f"ReplayModel: session {self.session_id!r}: " + what.format(n=n) + ".", step=n)
 
 
 def _persistence(source: Any) -> tuple[Persistence, bool]:
@@ -190,7 +236,7 @@ def load_steps(messages: Sequence[MessageWithParts]) -> list[RecordedStep]:
         info = m.info
         if isinstance(info, AssistantMessage):
             out.append(RecordedStep(info.id, tuple(_events(m, info)), tuple(to_model_messages(messages[:i])),
-                                    summary=info.summary))
+                                    summary=info.summary, failure=_failure(info)))
     return out
 
 
@@ -213,9 +259,20 @@ def _events(m: MessageWithParts, info: AssistantMessage) -> list[ModelEvent]:
             original = st.metadata.get("original_input")
             args = original if isinstance(original, dict) else st.input
             events.append(ToolCallEvent(p.call_id, p.tool, dict(args)))
+    if _failure(info) is not None:  # (it streamed this much, then failed: no finish)
+        return events
     reason = info.finish_reason or ("tool-calls" if calls else "stop")
     events.append(FinishEvent(reason, info.usage.model_copy()))
     return events
+
+
+def _failure(info: AssistantMessage) -> Optional[tuple[str, str]]:
+    """The recorded failure of a model call: an error on a message that never finished (an
+    interrupted message, closed by a later recovery, is not one: its call was cut, not failed)."""
+    error = info.error
+    if error is None or info.finish_reason is not None or error.reason == UNFINISHED_REASON:
+        return None
+    return error.reason, error.message
 
 
 def comparable(m: ModelMessage) -> dict[str, Any]:
