@@ -162,3 +162,56 @@ async def test_protocol_auto_answers_an_elicitation_in_input_rounds(http_server:
     assert p.state.output == """{"result":"accept: {'name': 'Ada', 'count': 3}"}"""
     (note,) = entries(http_server.ledger, "ask_resolved")
     assert note["data"] == {"name": "Ada", "count": 3} and note["protocol"] == "2026-07-28"
+
+
+async def _raw_server(answer: "bytes | None") -> "asyncio.AbstractServer":
+    """A TCP server on 127.0.0.1 that reads a request and sends ``answer`` (None: never answers)."""
+    async def conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            if answer is None:
+                await asyncio.sleep(3600)
+            writer.write(answer)
+            await writer.drain()
+        except (asyncio.CancelledError, ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(conn, "127.0.0.1", 0)
+
+
+async def test_an_abort_while_a_server_answers_nothing_stops_at_once(recwarn: pytest.WarningsRecorder) -> None:
+    silent = await _raw_server(None)
+    port = silent.sockets[0].getsockname()[1]
+    server = MCPServer.http(f"http://127.0.0.1:{port}/mcp", connect_timeout=60)
+    agent = We0Agent(ScriptedModel([[text("never")]]), tools=[server])
+    abort = asyncio.Event()
+    task = asyncio.create_task(agent.invoke(abort=abort, messages=[user_message("go")], session_id="s1"))
+    await asyncio.sleep(0.3)
+    abort.set()
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 20)  # (before: the run waited for connect_timeout, 60 s)
+    finally:
+        silent.close()
+        await server.aclose()
+
+
+async def test_a_server_answering_json_that_is_not_mcp_is_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    body = b'{"hello": "world"}'
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+              + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+    fake = await _raw_server(answer)
+    port = fake.sockets[0].getsockname()[1]
+    server = MCPServer.http(f"http://127.0.0.1:{port}/mcp", connect_timeout=10)
+    try:
+        with caplog.at_level("WARNING"), pytest.raises(MCPServerError) as info:
+            await We0Agent(ScriptedModel([[text("never")]]), tools=[server]).invoke(messages=[user_message("go")])
+    finally:
+        fake.close()
+        await server.aclose()
+    message = str(info.value)
+    assert "\n" not in message and "its answer is not an MCP message (JSON-RPC)" in message, message
+    assert "validation error" not in message
+    assert not [r for r in caplog.records if r.name.startswith("mcp.")], caplog.records  # (no SDK traceback too)

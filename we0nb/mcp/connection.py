@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 from ..errors import MCPServerError
 from .endpoint import Endpoint
 from .http import HttpWatch
+from .sdk_logs import quiet_sdk_tracebacks
 
 __all__ = ["Connection", "AUTH_HINT"]
 
@@ -117,16 +118,23 @@ class Connection:
         self._closing.set()
 
     async def close(self) -> None:
-        """Close and wait until the transport is down (the server process stopped)."""
+        """Close and wait until the transport is down (the server process stopped). A connection
+        still being opened is cancelled: an abort while a server answers nothing stops at once,
+        not when ``connect_timeout`` runs out."""
         self.end("closed")
         if not self.task.done():
+            if not self._ready.done():
+                self.task.cancel()
             await asyncio.wait({self.task})
+        if self._ready.done() and not self._ready.cancelled():
+            self._ready.exception()  # (read: a connect given up is no "exception never retrieved" warning)
 
     async def _main(self) -> None:
         import anyio
         import mcp
 
         server = self.server
+        quiet_sdk_tracebacks()
         try:
             async with contextlib.AsyncExitStack() as stack:
                 read, write = await stack.enter_async_context(server.transport(self.watch))
@@ -244,8 +252,17 @@ def _garbage(e: Exception) -> str:
     return _describe(e)
 
 
+#: how the SDK words an answer it could not read as JSON-RPC (its text then quotes pydantic's errors)
+_NOT_MCP = ("Failed to parse JSON response", "Failed to parse SSE message")
+
+
 def _describe(e: BaseException) -> str:
-    text = str(e)
+    """``Type: text`` on one line (the first line of the text, at most 300 characters)."""
+    text = str(e).strip()
+    if text.startswith(_NOT_MCP):
+        return "its answer is not an MCP message (JSON-RPC)"
+    lines = text.splitlines()
+    text = lines[0] if lines else ""
     if len(text) > 300:
         text = text[:300] + "…"
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
