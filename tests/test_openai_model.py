@@ -340,6 +340,27 @@ async def test_retry_after_longer_than_the_cap_is_not_waited_for(server):
     assert time.monotonic() - t0 < 5 and len(server.requests) == 1
 
 
+async def test_a_wait_longer_than_the_cap_is_named_in_the_error(server):
+    server.play(status(429, {"error": {"message": "come back tomorrow"}}, {"Retry-After": "86400"}))
+    agent = We0Agent(make_model(server, max_retry_after=5))
+    with pytest.raises(ModelProviderError) as info:
+        await agent.invoke(session_id="s", messages=[user_message("x")])
+    assert "it asked to wait 86400 s, longer than max_retry_after=5 s" in str(info.value)
+    assert "raise max_retry_after" in str(info.value)
+
+
+async def test_a_server_quoting_the_api_key_never_puts_it_in_the_error_or_the_store(server):
+    key = "sk-proj-VERYSECRET-0123456789"
+    server.play(status(401, {"error": {"message": f"Incorrect API key provided: {key}.",
+                                       "type": "invalid_request_error", "code": "invalid_api_key"}}))
+    agent = We0Agent(make_model(server, api_key=key))
+    with pytest.raises(ModelAuthenticationError) as info:
+        await agent.invoke(session_id="s", messages=[user_message("x")])
+    msg = await last_assistant(agent, "s")
+    assert key not in str(info.value) and key not in msg.info.error.message
+    assert "Incorrect API key provided: sk-…(the API key)" in msg.info.error.message
+
+
 @pytest.mark.parametrize("reply", [
     status(429, {"error": {"message": "You exceeded your current quota", "code": "insufficient_quota"}}),
     status(503, {"error": {"message": "not this one"}}, {"x-should-retry": "false"}),

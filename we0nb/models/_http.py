@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -31,7 +32,7 @@ from urllib.parse import urlsplit
 
 from .._extras import require
 from ..errors import ContextWindowExceeded, ModelAuthenticationError, ModelProviderError
-from ._retry import RetryPolicy, is_retry_status
+from ._retry import RetryPolicy, is_retry_status, retry_after
 from .base import Model, ModelEvent, ModelRequest
 
 __all__ = ["HttpModel", "Failure", "Accumulator", "is_transport"]
@@ -280,6 +281,22 @@ class HttpModel(Model, Generic[A]):
 
     # ------------------------------------------------------------------ errors and retries
 
+    def _redacted(self, text: str) -> str:
+        """The server's words without the API key (a server that quotes the key it refused puts it
+        in the raised error, the stored message and every log that prints them)."""
+        key = self._api_key or os.environ.get(self.key_env)
+        if isinstance(key, str) and len(key) >= 8 and key in text:
+            text = text.replace(key, f"{key[:3]}…(the API key)")
+        return text
+
+    def _wait_refused(self, f: Failure) -> str:
+        """Why a failure the server said to retry later was not retried: the wait it asked for."""
+        after = retry_after(f.headers) if f.headers is not None and f.retryable else None
+        if after is None or after <= self.retry.max_retry_after:
+            return ""
+        return (f" (it asked to wait {after:g} s, longer than max_retry_after={self.retry.max_retry_after:g} s: "
+                "run again later — mode='resume' continues the turn — or raise max_retry_after)")
+
     def _where(self) -> str:
         return f"The model server at {self.base_url}" if self.base_url else self.api_name
 
@@ -322,6 +339,7 @@ class HttpModel(Model, Generic[A]):
     def _failure_error(self, f: Failure, where: str) -> ModelProviderError:
         low = where[0].lower() + where[1:]
         label = type(self).__name__
+        f = dataclasses.replace(f, text=self._redacted(f.text) + self._wait_refused(f))
         if f.context:
             return ContextWindowExceeded(f"The request is larger than the context window of {self.model!r} "
                                          f"({low} said: {f.text})", status_code=f.status)
