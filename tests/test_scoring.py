@@ -353,3 +353,48 @@ def test_a_case_without_tool_calls_is_made_without_reading_its_transcript(store,
     batch = run(go())
     assert sorted(seen) == [(0, "4", ["calc"]), (1, "hello", [])]
     assert read == [batch.items[0].session_id]  # the item with a call only
+
+
+def test_sync_scorers_run_in_worker_threads_with_the_scoring_concurrency():
+    import threading
+
+    from we0nb import MemoryPersistence
+
+    loop_thread = threading.get_ident()
+    barrier = threading.Barrier(4, timeout=20)  # (four verdicts in flight at once, or it breaks)
+    threads: set[int] = set()
+
+    def blocking(case) -> bool:
+        threads.add(threading.get_ident())
+        barrier.wait()
+        return True
+
+    async def go():
+        b = await We0Agent(FunctionModel(lambda r: [text("x")]), persistence=MemoryPersistence()).batch(
+            ["a", "b", "c", "d"], name="threads", progress=False)
+        return await b.score([blocking], concurrency=8, progress=False)
+
+    result = run(go())
+    assert result.errors == [] and len(result.scored) == 4
+    assert loop_thread not in threads and len(threads) == 4
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_scorer_raising_cancelled_error_is_an_error_of_its_item(kind):
+    from we0nb import MemoryPersistence
+
+    def sync_cancel(case) -> bool:
+        raise asyncio.CancelledError()
+
+    async def async_cancel(case) -> bool:
+        raise asyncio.CancelledError()
+
+    async def go():
+        b = await We0Agent(FunctionModel(lambda r: [text("x")]), persistence=MemoryPersistence()).batch(
+            ["a", "b"], name="cancels", progress=False)
+        return await b.score([scorer(sync_cancel if kind == "sync" else async_cancel, name="grader")],
+                             progress=False)
+
+    result = run(go())
+    assert [(e.item, e.scorer) for e in result.errors] == [(0, "grader"), (1, "grader")]
+    assert all(e.error.startswith("CancelledError") for e in result.errors) and result.scored == []

@@ -86,14 +86,25 @@ class Scorer:
                      free_slot: Callable[[], None] = lambda: None) -> tuple[Any, Optional[str]]:
         """The scorer's raw answer for ``case`` and the judge session (None for a function).
         ``free_slot``: to call once the decision needs its concurrency slot no more (a judge:
-        after its model's last call, while its run's last writes go on); called again, it does nothing."""
-        got = self.fn(case)
-        if inspect.isawaitable(got):
-            got = await got
+        after its model's last call, while its run's last writes go on); called again, it does nothing.
+        A sync function runs in a worker thread: one that blocks (a grader behind HTTP) neither
+        freezes the loop (a notebook's widgets, other runs) nor scores one item at a time."""
+        fn = self.fn
+        if _is_async(fn):
+            got = await fn(case)
+        else:
+            got = await asyncio.to_thread(fn, case)
+            if inspect.isawaitable(got):  # (a sync function that returned a coroutine)
+                got = await got
         return got, None  # (a judge overrides it: see we0nb.batch.judge)
 
     def __repr__(self) -> str:
         return f"scorer({self.name!r})"
+
+
+def _is_async(fn: Any) -> bool:
+    """An async function, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
 def scorer(fn: Any = None, *, name: Optional[str] = None) -> Any:
@@ -286,6 +297,12 @@ async def _score(todo: list[tuple[Any, Scorer]], values: list[Any], context: Sco
                 got, judge_sid = await s.decide(case, context, free_slot=free_slot)
             except Exception as e:  # a scorer that raises: no score for this item
                 result.errors.append(ScoreError(it.item, s.name, f"{type(e).__name__}: {e}"))
+            except asyncio.CancelledError as e:  # (the scorer's own, not the scoring's: an error like any)
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                result.errors.append(ScoreError(it.item, s.name, f"CancelledError: {e}" if str(e) else
+                                                "CancelledError (raised by the scorer)"))
             else:
                 sc = to_score(got, s.name)
                 result.scored.append(ScoreRecord(context.batch, it.item, s.name, it.session_id, sc.value, sc.passed,
