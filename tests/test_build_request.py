@@ -79,6 +79,18 @@ def test_session_id_type(agent):
         agent.build_request(session_id="  ", messages=[user_message("a")])
 
 
+@pytest.mark.parametrize("char", ["\x00", "\n", "\x1b", "\x85", "\u2028", "\u2029", "\u202e", "\u200b", "\u2066",
+                                  "\ufeff"])
+def test_session_ids_with_control_or_invisible_format_characters_are_refused(agent, char):
+    with pytest.raises(ValueError, match="must be printable text"):
+        agent.build_request(session_id=f"ses{char}x", messages=[user_message("a")])
+
+
+def test_session_ids_of_any_printable_text_are_taken(agent):
+    for sid in ("ses é 日本", "a b", "ses_%_'; drop", "😀"):
+        assert agent.build_request(session_id=sid, messages=[user_message("a")]).session_id == sid
+
+
 def test_user_message_type():
     with pytest.raises(TypeError, match="expects a string"):
         user_message(3)

@@ -21,7 +21,10 @@ __all__ = ["UserInput", "user_message", "RunRequest", "RunResult", "build_reques
 Mode = Literal["prompt", "resume"]
 MODES = ("prompt", "resume")
 
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+#: control characters (C0, DEL, C1), line and paragraph separators, the invisible bidi and
+#: zero-width format characters (an id that reads as another, or reorders the line it is shown
+#: in), and lone surrogates
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]")
 
 #: the longest session id, on every backend (PostgreSQL indexes it as varchar(255))
 MAX_SESSION_ID = 255
@@ -29,7 +32,8 @@ MAX_SESSION_ID = 255
 
 def check_session_id(session_id: object, where: str = "session_id", what: str = "session ids") -> str:
     """The one rule for session ids on every backend: a non-empty string of at most 255
-    characters, without control characters (NUL included). Raises TypeError/ValueError, saying
+    characters, without control characters (NUL included) or invisible format characters
+    (:data:`_UNPRINTABLE`). Raises TypeError/ValueError, saying
     ``where`` the value came from and ``what`` it is (a batch's name follows the same rule)."""
     if not isinstance(session_id, str):
         raise TypeError(f"{where} must be a string, got {type(session_id).__name__}.")
@@ -41,7 +45,7 @@ def check_session_id(session_id: object, where: str = "session_id", what: str = 
     bad = _UNPRINTABLE.search(session_id)
     if bad is not None:
         raise ValueError(f"{where} contains the character {bad.group()!r}; {what} must be printable "
-                         "text (no control characters).")
+                         "text (no control or invisible format characters).")
     return session_id
 
 
