@@ -202,3 +202,43 @@ def test_tool_calls_df_shows_the_fork_reason(store):
     calls = tool_calls_df(store, "ses_df_fork")
     assert list(calls["interrupt_reason"].astype(str)) == ["fork", "fork"]
     assert "fork" in list(calls["interrupt_reason"].cat.categories)
+
+
+def test_a_fork_at_a_mid_turn_compaction_summary_resumes_the_turn(store):
+    from we0nb.testing import usage
+
+    log = Log()
+    src = We0Agent(ScriptedModel([[text("Working."), tool_call("write", {"path": "f"}), usage(input_tokens=900)],
+                                  [text("Summary: wrote f.")]], context_window=1000),
+                   tools=make_tools(log), persistence=store)
+
+    async def go():
+        first = await src.invoke(session_id="ses_cmp", messages=[user_message("write f")])
+        assert first.result == "compact"  # (mid-turn: the summary, then the turn's user message again)
+        t = await src.transcript("ses_cmp")
+        summary = next(m for m in t.messages if m.info.role == "assistant" and m.info.summary)
+        fid = await src.fork("ses_cmp", at=summary.info.id)
+        again = We0Agent(ScriptedModel([[text("f is written.")]]), tools=make_tools(log), persistence=store)
+        return await again.invoke(mode="resume", session_id=fid)
+
+    r = run(go())
+    assert (r.result, r.steps, r.text) == ("stop", 1, "f is written.")  # (it ended the turn unanswered)
+    assert log.count("write") == 1
+
+
+def test_a_fork_at_a_summary_that_closed_a_finished_turn_has_nothing_to_resume(store):
+    from we0nb.testing import usage
+
+    src = We0Agent(ScriptedModel([[text("All done."), usage(input_tokens=900)], [text("Summary: done.")]],
+                                 context_window=1000), persistence=store)
+
+    async def go():
+        await src.invoke(session_id="ses_fin", messages=[user_message("finish")])
+        t = await src.transcript("ses_fin")
+        assert t.messages[-1].info.summary  # (a finished turn: no user message again)
+        fid = await src.fork("ses_fin", at=t.messages[-1].info.id)
+        again = We0Agent(ScriptedModel([]), persistence=store)
+        return await again.invoke(mode="resume", session_id=fid)
+
+    r = run(go())
+    assert (r.result, r.steps) == ("stop", 0)

@@ -475,7 +475,9 @@ def turn_pending(messages: "list[MessageWithParts]") -> bool:
     The single definition of "needs resume": the last message is a user message (not yet
     answered), or the last assistant message needs recovery, or it ended with tool calls
     whose results the model has not seen (unless one of them returned the structured
-    output, or it is a compaction summary that closed a finished turn), or a resume's
+    output), or it is a compaction summary of a turn that was not over (a compaction mid-turn
+    writes the turn's user message again with it; a fork or a revert may end at the summary),
+    or a resume's
     recovery closed it and nothing followed (that resume stopped before its own step wrote
     anything: the model never finished the turn). A turn whose calls await a person's
     approval is not pending: it waits for the decision (see :func:`awaiting_approval`); once
@@ -491,7 +493,7 @@ def turn_pending(messages: "list[MessageWithParts]") -> bool:
     if last.unfinished:
         return True
     if last.is_summary:
-        return False
+        return turn_pending(messages[:-1])
     tools = last.tool_parts
     if any(p.is_output for p in tools):
         return False
