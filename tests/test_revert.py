@@ -169,3 +169,15 @@ async def test_revert_a_tool_turn_then_prompt(store):
     assert r.text == "ok, nothing done"
     assert model.requests[2].messages == [UserTurn("never mind")]
     assert calls == ["x"] and log.calls == []
+
+
+async def test_unrevert_after_a_resume_under_the_revert_is_refused_and_changes_nothing(store):
+    agent, model, (u1, a1, u2, a2) = await two_turns(store, [[text("two again")]])
+    await agent.revert(SID, a2)  # (the answer hidden: resume answers "second" afresh)
+    await agent.invoke(session_id=SID, mode="resume")
+    before = await agent.transcript(SID, include_reverted=True)
+    with pytest.raises(ValueError, match="was resumed after its revert .1 message.s. written since"):
+        await agent.unrevert(SID)
+    after = await agent.transcript(SID, include_reverted=True)
+    assert after == before and after.session.revert is not None
+    assert texts(await agent.transcript(SID)) == ["first", "one", "second", "two again"]

@@ -10,7 +10,9 @@ messages that a ``mode="resume"`` run writes while the revert stands stay visibl
   :class:`MarkedMessage` whose ``reverted`` says whether it is hidden);
 * ``mode="prompt"`` deletes the hidden messages for good and clears the revert;
 * ``mode="resume"`` leaves the revert as it is and works on the visible messages only;
-* :func:`unrevert` clears the revert: the hidden messages come back.
+* :func:`unrevert` clears the revert: the hidden messages come back — unless a resume wrote
+  messages while the revert stood (they would sit beside the hidden ones as a second branch:
+  refused, nothing changed).
 
 Revert and unrevert take the session lease for the moment they write, so they are
 refused (:class:`~we0nb.SessionBusyError`) while a run is in progress.
@@ -105,7 +107,16 @@ async def unrevert_session(persistence: Persistence, session_id: str) -> Session
         session = await persistence.get_session(session_id)
         if session is None:
             raise ValueError(f"unrevert(): session {session_id!r} does not exist.")
-        if session.revert is not None:
+        rev = session.revert
+        if rev is not None:
+            transcript = await persistence.load_transcript(session_id)
+            since = [m for m in transcript.messages if m.info.id >= rev.message_id and m.info.time.created > rev.time]
+            if since:
+                raise ValueError(
+                    f"unrevert(): session {session_id!r} was resumed after its revert ({len(since)} message(s) "
+                    "written since): the hidden messages would come back beside them as a second branch. Nothing "
+                    "was changed; the hidden messages stay readable with agent.transcript(session_id, "
+                    "include_reverted=True).")
             session.revert = None
             await persistence.upsert_session(session)
             await persistence.flush()
