@@ -408,6 +408,25 @@ async def test_nan_output_is_strict_json_and_an_unserialisable_result_says_the_t
     assert "The tool ran" in b.state.output and b.state.metadata["output_error"]
 
 
+async def test_metadata_a_tool_returns_that_is_not_json_is_left_out_saying_so(store) -> None:
+    from we0nb import ToolReturn
+
+    ledger: list[str] = []
+
+    @tool
+    def book() -> ToolReturn:
+        ledger.append("booked")
+        return ToolReturn("booked", metadata={"receipt": object(), "ok": 1})
+
+    p = store
+    agent = agent_with([[tool_call("book", {})], [text("ok")]], tools=[book], persistence=p)
+    result = await agent.invoke(session_id="s", messages=[user_message("go")])  # (it ended in a raw serialization error)
+    (b,) = (await p.load_transcript("s")).messages[1].tool_parts
+    assert result.result == "stop" and ledger == ["booked"]
+    assert (b.state.status, b.state.output) == ("completed", "booked") and "ok" not in b.state.metadata
+    assert b.state.metadata["output_error"].startswith("the metadata the tool returned was left out")
+
+
 async def test_duplicate_call_ids_in_a_step_do_not_collide() -> None:
     @tool(side_effects=False)
     def echo(x: int) -> str:

@@ -324,7 +324,9 @@ def completed_state(inp: dict[str, Any], result: Any, meta: dict[str, Any], star
     """A tool's return value as the call's completed state (attachments kept beside the output)."""
     attachments: list[Any] = []
     if type(result) is ToolReturn:
-        meta = {**meta, **result.metadata} if result.metadata else meta
+        if result.metadata:
+            dropped = _unstorable(result.metadata)
+            meta = {**meta, "output_error": dropped} if dropped else {**meta, **result.metadata}
         attachments, result = list(result.attachments), result.output
     try:
         output = to_output(result)
@@ -337,6 +339,16 @@ def completed_state(inp: dict[str, Any], result: Any, meta: dict[str, Any], star
         return ToolStateCompleted(input=inp, output=output, metadata=meta, time=ToolTime(start=start, end=now()),
                                   attachments=attachments)
     return ToolStateCompleted(input=inp, output=output, metadata=meta, time=ToolTime(start=start, end=now()))
+
+
+def _unstorable(metadata: Any) -> Optional[str]:
+    """Why a ``ToolReturn``'s metadata cannot be stored (not JSON), or None: the call ran, so its
+    output is kept and the metadata left out, saying so (a failed commit would end the run)."""
+    try:
+        to_output(dict(metadata))
+    except (ToolOutputError, TypeError, ValueError) as e:
+        return f"the metadata the tool returned was left out: {e}"
+    return None
 
 
 def _reconciled(tp: ToolPart, answer: Reconciled) -> Any:
