@@ -21,7 +21,13 @@ def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
 
     A child is looked at as it is found (a flat object, the usual arguments, is one pass over
     its values: no generator, nothing pushed)."""
-    if not isinstance(value, (dict, list)):
+    if type(value) is dict and limit >= 1:  # (the usual arguments: a flat object, one pass, nothing pushed)
+        for c in value.values():
+            if isinstance(c, (dict, list)):
+                break
+        else:
+            return False
+    elif not isinstance(value, (dict, list)):
         return False
     if limit < 1:
         return True

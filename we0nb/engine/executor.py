@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
 
 from .._ids import now
 from ..messages import (ToolPart, ToolStateCompleted, ToolStateError, ToolStatePending, ToolStateRunning, ToolTime,
-                        snapshot)
+                        put, snapshot)
 from ..tools import (AnyToolDefinition, Reconciled, ToolContext, ToolError, ToolInputError, ToolOutputError,
                      ToolPolicy, ToolReturn, to_output)
 from . import inflight
@@ -202,7 +202,7 @@ class ToolExecutor:
                                           time=ToolTime(start=None, end=now()))
             else:
                 meta["attempt"] = attempts_of(tp) + 1
-                tp.state = ToolStateRunning(input=dict(tp.state.input), time=ToolTime(start=now()), metadata=meta)
+                put(tp, "state", ToolStateRunning(input=tp.state.input, time=ToolTime(start=now()), metadata=meta))
                 # durability point: the write-ahead, with the key and the attempt, before the tool runs
                 await state.writer.write_ahead(tp, wait=definition.policy.side_effects)
                 yield {"type": "tool", "part": state.snap(tp)}
@@ -211,7 +211,7 @@ class ToolExecutor:
                     async for ev in self._watched(definition, kwargs, tp, meta):
                         yield ev
                 else:
-                    tp.state = await self._run(definition, kwargs, tp, meta)
+                    put(tp, "state", await self._run(definition, kwargs, tp, meta))
         if defer_final:
             state.writer.mark(tp)
             return

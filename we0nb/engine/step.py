@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, AsyncIterator, Union
 from .._ids import now
 from ..errors import OutputValidationError
 from ..messages import (AssistantMessage, MessageTime, MessageWithParts, StepFinishPart, StepStartPart, ToolPart,
-                        Usage, assembled)
+                        Usage, assembled, put)
 from ..models.base import FinishEvent, ModelRequest
 from ..models.pricing import add_cost, call_cost
 from .abort import Aborted
@@ -136,8 +136,10 @@ def _price(state: "RunState", info: AssistantMessage, processor: StepProcessor) 
         info.usage = Usage()
         info.cost = None
         return False
-    usage = info.usage = finish.usage
-    cost = info.cost = call_cost(state.agent.model, usage, info.time.created)
+    usage = finish.usage
+    cost = call_cost(state.agent.model, usage, info.time.created)
+    put(info, "usage", usage)
+    put(info, "cost", cost)
     return cost is not None or has_tokens(usage)
 
 
@@ -152,8 +154,8 @@ def _close_step(state: "RunState", msg: MessageWithParts, processor: StepProcess
     sf = StepFinishPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
                         reason=finish.reason, usage=finish.usage, time=end)
     msg.parts.append(sf)
-    info.time = MessageTime(created=info.time.created, completed=end)
-    info.finish_reason = finish.reason
+    put(info, "time", MessageTime(created=info.time.created, completed=end))
+    put(info, "finish_reason", finish.reason)
     state.cost = add_cost(state.cost, info.cost)
     # the last call's end state is committed with the step's end: its event waits for it (a
     # call left pending behind an approval has not changed, so it has no new event)
