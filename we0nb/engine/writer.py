@@ -107,7 +107,7 @@ class Writer:
         writes, session = self._collect(message, parts, final, then)
         if writes or session is not None:
             try:
-                await self._commit(writes, session)
+                await self.p.commit(writes, lease=self.lease, session=session)  # (:meth:`_commit`, inline)
             except (Exception, asyncio.CancelledError):
                 # (an interrupt or exit inside the store is the process going down: no retry)
                 self._keep([(writes, session)])

@@ -35,11 +35,6 @@ class _Stored:
         self.call = call  # an assistant message (a model call): ``(its cost,)``; else None
 
 
-def _call_of(message: Message) -> "Optional[tuple[Optional[float]]]":
-    """What ``batch_costs`` needs of a stored message (kept beside its JSON: nothing to decode)."""
-    return (message.cost,) if message.role == "assistant" else None
-
-
 class MemoryPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
     """Every capability of the port (:mod:`.base`) in this process's memory."""
 
@@ -75,22 +70,26 @@ class MemoryPersistence(Persistence, BatchQueue, ColumnReads, ScoreStore):
         if lease is not None:
             self._check_lease_now(lease)
         messages, parts = _encode(writes)
-        written = {(m[0], m[1]) for m in messages} if parts else set()
-        for sid, mid, pid, _ in parts:
-            if mid not in self._messages.get(sid, ()) and (sid, mid) not in written:
-                raise KeyError(f"Part {pid!r} refers to message {mid!r} of session {sid!r}, which was never "
-                               "written; write the message first (in this commit or an earlier one).")
+        store = self._messages
+        if parts:
+            written = {(m[0], m[1]) for m in messages}
+            for sid, mid, pid, _ in parts:
+                if mid not in store.get(sid, ()) and (sid, mid) not in written:
+                    raise KeyError(f"Part {pid!r} refers to message {mid!r} of session {sid!r}, which was never "
+                                   "written; write the message first (in this commit or an earlier one).")
         if session is not None:
             self._put_session(session.id, session.__pydantic_serializer__.to_json(session))
         for sid, mid, data, call in messages:
-            msgs = self._messages.setdefault(sid, {})
+            msgs = store.get(sid)
+            if msgs is None:
+                msgs = store[sid] = {}
             stored = msgs.get(mid)
             if stored is None:
                 msgs[mid] = _Stored(data, call)
             else:
                 stored.info, stored.call = data, call
         for sid, mid, pid, data in parts:
-            self._messages[sid][mid].parts[pid] = data
+            store[sid][mid].parts[pid] = data
 
     async def check_lease(self, lease: Lease) -> None:
         self._check_lease_now(lease)
@@ -276,13 +275,15 @@ def _item_cost(item: int, msgs: dict[str, _Stored]) -> ItemCost:
 
 def _encode(writes: Sequence[Write]) -> tuple[list[tuple[str, str, bytes, Any]], list[tuple[str, str, str, bytes]]]:
     """The rows of a commit as JSON: messages ``(session, id, json, call)`` and parts ``(session, message, id, json)``."""
-    messages, parts = [], []
+    messages: list[tuple[str, str, bytes, Any]] = []
+    parts: list[tuple[str, str, str, bytes]] = []
     for message, ps, _view in writes:
         if message is not None:
             messages.append((message.session_id, message.id, message.__pydantic_serializer__.to_json(message),
-                             _call_of(message)))
+                             (message.cost,) if message.role == "assistant" else None))  # (what batch_costs reads)
         for p in ps:
-            parts.append((p.session_id, p.message_id, p.id, p.__pydantic_serializer__.to_json(p)))
+            d = p.__dict__  # (a part's ids read from its field dict: pydantic's attribute hook makes each read slow)
+            parts.append((d["session_id"], d["message_id"], d["id"], p.__pydantic_serializer__.to_json(p)))
     return messages, parts
 
 
