@@ -27,13 +27,14 @@ follows it.
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 import re
 import threading
 from typing import TYPE_CHECKING, Any, Optional
 
 from . import clicks
+from .html import esc
+from .part_text import json_visible
 from .styles import row_border, row_message
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,7 +62,7 @@ def parse_arguments(text: str, original: dict[str, Any]) -> Optional[dict[str, A
 
 
 def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+    return json_visible(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str))
 
 
 class ApprovalRow:
@@ -80,10 +81,10 @@ class ApprovalRow:
         detail = part.approval_detail
         why = detail.why if detail is not None and detail.why else "a person must approve or deny it"
         self.info = W.HTML(value=(
-            f"<div style='white-space:normal'><b><code>{html.escape(part.tool)}</code></b> "
-            f"<span style='opacity:0.75'>call {html.escape(part.call_id)}</span><br>"
-            f"<span style='opacity:0.85'>why: {html.escape(why)}</span><br>"
-            f"<code style='white-space:pre-wrap'>{html.escape(json.dumps(part.state.input, ensure_ascii=False))}"
+            f"<div style='white-space:normal'><b><code>{esc(part.tool)}</code></b> "
+            f"<span style='opacity:0.75'>call {esc(part.call_id)}</span><br>"
+            f"<span style='opacity:0.85'>why: {esc(why)}</span><br>"
+            f"<code style='white-space:pre-wrap'>{esc(json.dumps(part.state.input, ensure_ascii=False))}"
             f"</code></div>"), layout=W.Layout(width="100%"))
         self._rows = min(12, max(2, _pretty(part.state.input).count("\n") + 1))
         self.args = self._text_box("args", _pretty(part.state.input))

@@ -7,12 +7,12 @@ A step is one model call: an assistant message, numbered from 1 within its sessi
 
 from __future__ import annotations
 
-import html
 from typing import Any, Iterable, Optional, Sequence, cast
 
 import pandas as pd
 
 from .frames import messages_df, parts_df
+from .html import esc
 
 __all__ = ["compare_df", "compare", "Comparison", "COMPARE_COLUMNS"]
 
@@ -106,7 +106,7 @@ class Comparison:
 
     def _repr_html_(self) -> str:
         steps, cells = self._cells()
-        head = "".join(f"<th>{html.escape(s)}</th>" for s in self.session_ids)
+        head = "".join(f"<th>{esc(s)}</th>" for s in self.session_ids)
         rows = []
         for k in range(1, steps + 1):
             first = cells.get((self.session_ids[0], k))
@@ -122,9 +122,9 @@ class Comparison:
                 cost = "" if pd.isna(r.cost) else f" · ${r.cost:.6f}"
                 tok = f"{_num(r.input_tokens)} in / {_num(r.output_tokens)} out"
                 tds.append(f'<td{style} class="we0-cmp{" we0-cmp-diff" if style else ""}">'
-                           f'<div style="white-space:pre-wrap">{html.escape(str(r.text))}</div>'
-                           + (f"<div><code>{html.escape(tools)}</code></div>" if tools else "")
-                           + f'<div style="color:#666;font-size:85%">{html.escape(tok + cost)}</div></td>')
+                           f'<div style="white-space:pre-wrap">{esc(str(r.text))}</div>'
+                           + (f"<div><code>{esc(tools)}</code></div>" if tools else "")
+                           + f'<div style="color:#666;font-size:85%">{esc(tok + cost)}</div></td>')
             rows.append(f"<tr><th>step {k}</th>{''.join(tds)}</tr>")
         return (f'<table class="we0-compare" style="vertical-align:top"><thead><tr><th></th>{head}</tr></thead>'
                 f"<tbody>{''.join(rows)}</tbody></table>")

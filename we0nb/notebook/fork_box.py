@@ -17,6 +17,7 @@ import asyncio
 import threading
 from typing import TYPE_CHECKING, Any, Optional
 
+from .part_text import visible
 from .styles import row_message
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,7 +31,7 @@ _LABEL_TEXT = 48
 
 def message_label(number: int, message: Any) -> str:
     """``#3 assistant: the start of its text…`` (its tools when it has no text)."""
-    body = " ".join(message.text.split())
+    body = " ".join(visible(message.text).split())
     if not body:
         body = ", ".join(p.tool for p in message.tool_parts) or "(no text)"
     if len(body) > _LABEL_TEXT:

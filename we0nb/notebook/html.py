@@ -2,7 +2,8 @@
 
 Pure Python: no IPython or ipywidgets import, so the data model can call it lazily from
 its ``_repr_html_``/``_repr_mimebundle_`` hooks. Everything that comes from a model or a
-tool (text, reasoning, tool input/output/error, ids, titles) is HTML-escaped.
+tool (text, reasoning, tool input/output/error, ids, titles) is HTML-escaped, its control and
+bidi characters shown as escapes (:func:`esc`).
 
 Styles use JupyterLab's CSS variables (with fallbacks), so the light and dark themes
 both read well; the ``<style>`` block is scoped by the ``we0-`` class prefix and is
@@ -21,7 +22,7 @@ import re
 from typing import Any, Iterable, Optional, Sequence
 
 from .._call_facts import COMPLETED_ON_RESUME, MAY_HAVE_RUN, NEVER_STARTED
-from .part_text import denied, dump, edited, to_json, tool_input, tool_result, tool_status
+from .part_text import denied, dump, edited, to_json, tool_input, tool_result, tool_status, visible
 from .plain import render_text  # re-exported: the mimebundle pairs it with the HTML
 from .styles import CSS, INLINE, STYLE, inline_styles  # CSS, INLINE and inline_styles are re-exported
 
@@ -46,8 +47,9 @@ MAX_CELL = 2000          # characters of a tool input/output shown before "… m
 
 
 def esc(value: Any) -> str:
-    """Escape anything for HTML text and attribute context (quotes included)."""
-    return _html.escape("" if value is None else str(value), quote=True)
+    """Escape anything for HTML text and attribute context (quotes included); control and bidi
+    characters become visible escapes (:func:`~we0nb.notebook.part_text.visible`)."""
+    return _html.escape(visible(value), quote=True)
 
 
 # --------------------------------------------------------------------------- small helpers

@@ -24,6 +24,7 @@ from typing import Any, AsyncIterator, Callable, Optional, Union
 
 from ..models.pricing import add_cost, format_cost
 from . import html as H
+from .part_text import visible
 from .plain import message_text
 
 __all__ = ["LiveView", "ipython_display"]
@@ -232,13 +233,19 @@ class LiveView:
                 return
         t.parts.append(part)
 
-    def start(self, note: Optional[str] = None) -> None:
-        """Mark a new run of this view as running (a panel reuses one view for several runs)."""
-        self.status = "running"
+    def clear_run(self) -> None:
+        """Forget the last run's outcome: what the head and the footer say next is about a new run
+        (a panel reuses one view for several runs; its turns and cost stay)."""
         self.error = None
         self.result = None
+        self.delta_count = 0  # a resume does not carry the prompt run's count over
+        self.recovery_log = []  # the footer tells what this run's recovery did, not an earlier one's
+
+    def start(self, note: Optional[str] = None) -> None:
+        """Mark a new run of this view as running (a panel reuses one view for several runs)."""
+        self.clear_run()
+        self.status = "running"
         self.note = note
-        self.delta_count = 0  # per run: a resume does not carry the prompt run's count over
         self._started_at = self._clock()
         self._ended_at = None
         self.open()
@@ -326,16 +333,20 @@ class LiveView:
         self._open = None
         self._touch()
 
-    def show_turn(self, messages: Any) -> None:
+    def show_turn(self, messages: Any, *, flush: bool = True) -> None:
         """Show the session's current turn as the store holds it (from its last user message on):
-        a panel opened on a stored session starts from there, and a resume updates it in place."""
+        a panel opened on a stored session starts from there, and a resume updates it in place.
+        ``flush=False``: only take it in (the view is not displayed yet; its first display shows it)."""
         last_user = max((i for i, m in enumerate(messages) if m.info.role == "user"), default=0)
         for m in messages[last_user:]:
             self._turn(m.info.id, m.info).parts = list(m.parts)
         if self.session_id is None and messages:
             self.session_id = messages[0].info.session_id
         self._open = None
-        self._touch()
+        if flush:
+            self._touch()
+        else:
+            self._dirty = True
 
     def _find_buf(self, part_id: str) -> Optional[_Buf]:
         for t in reversed(self.turns):
@@ -435,7 +446,7 @@ class LiveView:
             head += f" session={self.session_id}"
         if not final:
             chars = sum(len(p.text) for t in self.turns for p in t.parts if getattr(p, "type", "") == "text")
-            return f"{head} — {self.delta_count} deltas, {chars} chars so far"
+            return visible(f"{head} — {self.delta_count} deltas, {chars} chars so far")
         lines = [head]
         lines += [message_text(t.info, t.parts, limit=None) for t in self.turns]  # exact text
         if self.recovery_log:
@@ -450,7 +461,7 @@ class LiveView:
             lines.append(TRUNCATED)
         if self.model_calls and self.cost is not None:
             lines.append(f"cost: {format_cost(self.cost)} ({self.model_calls} model call{'s' * (self.model_calls != 1)})")
-        return "\n".join(lines)
+        return visible("\n".join(lines))
 
     def bundle(self, final: bool = False) -> Bundle:
         # the plain text of intermediate updates is a short summary (fewer bytes on iopub);

@@ -13,11 +13,14 @@ session in resume mode.
 The panel is stored in the namespace (``we0_panel`` unless ``--panel``), so a later cell
 can ``await we0_panel.wait()``. A ``%%we0`` cell run while the previous one still runs on
 the same session waits for it (panels on one session queue), so "Run All" works.
-``%we0 -h`` prints this usage.
+``%we0 -h`` prints this usage. Every mistake in using it (no agent variable, an empty body,
+``--resume`` without a session, a bad ``--panel`` name) is a one-line ``UsageError``, as
+IPython's own option errors are: a traceback would point into we0nb, not at the cell.
 """
 
 from __future__ import annotations
 
+import keyword
 from typing import Any
 
 __all__ = ["We0Magics", "load_ipython_extension"]
@@ -29,8 +32,10 @@ resumes the session; the panel is kept in we0_panel: `await we0_panel.wait()`.""
 
 
 def _make_magics_class() -> Any:
+    from IPython.core.error import UsageError
     from IPython.core.magic import Magics, line_cell_magic, magics_class
-    from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+    from IPython.core.magic_arguments import argument, magic_arguments
+    from IPython.utils.process import arg_split
 
     @magics_class
     class We0Magics(Magics):
@@ -51,38 +56,67 @@ def _make_magics_class() -> Any:
             """Run the cell body as a user message in a RunPanel (background task)."""
             from .panel import RunPanel
 
+            parser = getattr(self.we0, "parser")
             if {"-h", "--help"} & set(line.split()):
-                print(getattr(self.we0, "parser").format_help().rstrip() + "\n\n" + _USAGE)
+                print(parser.format_help().rstrip() + "\n\n" + _USAGE)
                 return
-            args = parse_argstring(self.we0, line)
+            try:  # shell quoting as a shell reads it: -s 'my session' is `my session`, -s '' is empty
+                argv = arg_split(line, posix=True)
+            except ValueError as exc:
+                raise UsageError(f"%%we0: cannot read the options ({exc}); check the quotes.") from None
+            args = parser.parse_args(argv)  # (its mistakes are UsageErrors already)
             assert self.shell is not None  # (a magic runs in a shell)
             ns = self.shell.user_ns
+            panel_name = _check_options(args, cell)
             if args.agent not in ns:
-                raise NameError(f"%%we0: no variable {args.agent!r} in the notebook; create one with "
-                                f"`{args.agent} = We0Agent(...)` or pass --agent NAME.")
+                raise UsageError(f"%%we0: no variable {args.agent!r} in the notebook; create one with "
+                                 f"`{args.agent} = We0Agent(...)` or pass --agent NAME.")
             agent = ns[args.agent]
+            if not hasattr(agent, "stream_request"):
+                raise UsageError(f"%%we0: the variable {args.agent!r} is not a We0Agent (it is "
+                                 f"{type(agent).__name__}); pass --agent NAME of one.")
             session_id = args.session
             if session_id is None and not args.new:
                 session_id = self.sessions.get(args.agent)
-            body = (cell or "").strip("\n")
-            if args.resume:
-                if body.strip():
-                    raise ValueError("%%we0 --resume: the cell body must be empty (resume mode sends no message).")
-                if session_id is None:
-                    raise ValueError("%%we0 --resume: no session to resume; pass --session ID.")
-            elif not body.strip():
-                raise ValueError("%%we0: the cell body is the user message; it is empty "
-                                 "(`%we0 --resume` on one line resumes without a message).")
-            panel = RunPanel(agent, session_id, check=False)
-            if args.resume:
-                panel.resume()
-            else:
-                panel.start(body)
+            if args.resume and session_id is None:
+                raise UsageError("%we0 --resume: no session to resume; pass --session ID "
+                                 "(or run a %%we0 cell first).")
+            try:
+                panel = RunPanel(agent, session_id, check=False)
+                if args.resume:
+                    panel.resume()
+                else:
+                    panel.start(_body(cell))
+            except (TypeError, ValueError) as exc:  # the agent or the request is wrong: the user's to fix
+                raise UsageError(f"%%we0: {exc}") from None
             if panel.session_id is not None:
                 self.sessions[args.agent] = panel.session_id
-            ns[args.panel] = panel
+            ns[panel_name] = panel
+
+    def _check_options(args: Any, cell: Any) -> str:
+        """The user's mistakes, each a one-line UsageError; the panel variable's name."""
+        if args.session is not None and not args.session.strip():
+            raise UsageError("%%we0 --session: the session id is empty; pass an id or leave --session out.")
+        if args.resume and args.new:
+            raise UsageError("%we0: --resume and --new together: a new session has nothing to resume.")
+        if not (args.panel.isidentifier() and not keyword.iskeyword(args.panel)):
+            raise UsageError(f"%%we0 --panel: {args.panel!r} is not a Python variable name; "
+                             "pass one such as we0_panel.")
+        if not (args.agent.isidentifier() and not keyword.iskeyword(args.agent)):
+            raise UsageError(f"%%we0 --agent: {args.agent!r} is not a Python variable name.")
+        body = _body(cell)
+        if args.resume and body.strip():
+            raise UsageError("%%we0 --resume: the cell body must be empty (resume mode sends no message).")
+        if not args.resume and not body.strip():
+            raise UsageError("%%we0: the cell body is the user message; it is empty "
+                             "(`%we0 --resume` on one line resumes without a message).")
+        return str(args.panel)
 
     return We0Magics
+
+
+def _body(cell: Any) -> str:
+    return (cell or "").strip("\n")
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -30,7 +30,6 @@ undecided the panel resumes the run.
 from __future__ import annotations
 
 import asyncio
-import html
 import threading
 import time
 import weakref
@@ -40,7 +39,8 @@ from . import clicks
 from .approvals import ApprovalBox
 from .fork_box import ForkBox
 from .questions import QuestionBox
-from .part_text import effects_sentence
+from .html import esc
+from .part_text import effects_sentence, visible
 from .live import LiveView, _in_kernel, ipython_display
 
 __all__ = ["RunPanel", "STATUSES"]
@@ -90,6 +90,8 @@ class RunPanel:
         self._loop_thread: Optional[int] = None
         self._superseded = False
         self._next_run: Optional[asyncio.Future] = None  # wait(decisions=True) waits on it
+        #: a run ended since the final state was last sent from a cell (see _resend_final)
+        self._final_unsent = False
         #: epoch seconds of the last Abort click (the front end's stamp), of the last run's end, and the latency
         self.abort_clicked_at: Optional[float] = None
         self.ended_at: Optional[float] = None
@@ -190,7 +192,7 @@ class RunPanel:
             from .plain import render_text
 
             label += "".join(f"\n  {render_text(r.part).removeprefix('ToolPart: ')}" for r in self.approvals.undecided)
-        return label
+        return visible(label)
 
     def _set_status(self, status: str, detail: str = "") -> None:
         self.status = status
@@ -201,7 +203,7 @@ class RunPanel:
         self.resume_button.disabled = (running or self._superseded or self.session_id is None
                                        or status not in ("aborted", "needs resume", "failed"))
         line = self.status_text().split("\n", 1)[0]
-        self.status_label.value = f"<span style='white-space:normal'>{html.escape(line)}</span>"
+        self.status_label.value = f"<span style='white-space:normal'>{esc(line)}</span>"
 
     async def check(self) -> str:
         """Look at the persisted session: 'needs resume' when its last turn is not over,
@@ -217,6 +219,9 @@ class RunPanel:
                 self.view.show_turn(t.messages)
                 self._await_decisions(t.pending_approvals)
             elif t.needs_resume:
+                # the turn a resume continues (the user's message, what the cut reply holds); not
+                # displayed from here before the panel is: its first display shows it
+                self.view.show_turn(t.messages, flush=self.view.handle is not None)
                 self._set_status("needs resume", "the last turn did not finish")
         return self.status
 
@@ -303,6 +308,7 @@ class RunPanel:
         for p in self._siblings():
             p._supersede()
         self._superseded = False
+        _resend_ended(loop)  # a %%we0 cell after a panel whose run ended once its own cell had
         self._abort_event = abort
         self._abort_flag.clear()
         self.abort_clicked_at = None
@@ -318,7 +324,11 @@ class RunPanel:
         self._task.add_done_callback(self._done)
 
     async def _nothing_to_resume(self) -> bool:
+        """Read the store before a resume. When the turn goes on, show it as stored (the user's
+        message, what the cut reply holds) so the run updates it in place; else say, from what
+        was persisted, why nothing runs."""
         t = await self.agent.transcript(self.session_id)
+        self.view.clear_run()
         if t.pending_approvals:  # resume would only end "approval" again: decide first
             self.view.show_turn(t.messages)
             self.view.note = "nothing to resume yet: calls await a person's decision"
@@ -326,8 +336,16 @@ class RunPanel:
             self._await_decisions(t.pending_approvals)
             return True
         if t.needs_resume:
+            self.view.show_turn(t.messages)
             return False
-        self.view.show_stored(t.messages)
+        if t.session is None or not t.messages:
+            said = (f"session {self.session_id} is not in the store" if t.session is None
+                    else f"session {self.session_id} has no messages")
+            self.view.note = f"nothing to resume: {said}"
+            self.view.close("idle")
+            self._set_status("idle", f"nothing to resume: {said}; start() a run on it first")
+            return True
+        self.view.show_turn(t.messages)
         self.view.note = "nothing to resume: the session's last turn is over"
         self.view.close("finished")
         self._set_status("finished", "nothing to resume: the last turn is over")
@@ -387,6 +405,7 @@ class RunPanel:
         return await self.questions.answer(call_id, content, action=action)
 
     def _done(self, task: asyncio.Task) -> None:
+        self._final_unsent = True
         if task.cancelled():
             if self.view.status == "running":
                 self.view.close("aborted")
@@ -413,15 +432,20 @@ class RunPanel:
                 break
             self._next_run = asyncio.get_running_loop().create_future()
             await self._next_run
-        # Re-send the final state from the awaiting cell: nbclient/nbconvert/nbval drop messages
-        # sent by a background task after its cell ended, so a saved notebook would otherwise keep
-        # the starting state of the view and of the widgets ("running", Abort enabled).
-        if self.view.handle is not None and self.view.status != "running":
-            self.view.handle.update(self.view.bundle(final=True))
-        self._resend_widgets()
+        self._resend_final()
+        _resend_ended(asyncio.get_running_loop())  # (the panels this run queued behind, for one)
         if self.exception is not None:
             raise self.exception
         return self.result
+
+    def _resend_final(self) -> None:
+        """Re-send the final state from the calling cell: nbclient/nbconvert/nbval drop messages
+        sent by a background task after its cell ended, so a saved notebook would otherwise keep
+        the starting state of the view and of the widgets ("running", Abort enabled)."""
+        if self.view.handle is not None and self.view.status != "running":
+            self.view.handle.update(self.view.bundle(final=True))
+        self._resend_widgets()
+        self._final_unsent = False
 
     def _resend_widgets(self) -> None:
         for w in (self.abort_button, self.resume_button, self.status_label, self.approvals.widget,
@@ -488,3 +512,13 @@ class RunPanel:
 
     def __repr__(self) -> str:
         return f"RunPanel(session_id={self.session_id!r}, status={self.status!r})"
+
+
+def _resend_ended(loop: Optional[asyncio.AbstractEventLoop]) -> None:
+    """Re-send, from the calling cell, the final state of every panel on ``loop`` whose run ended
+    after the last such re-send: Run All of ``%%we0`` cells joins only the last panel
+    (``await we0_panel.wait()``), while the earlier ones ended after their own cells, their
+    final updates dropped by nbclient — the saved notebook would show them "running"."""
+    for p in list(_panels):
+        if p._final_unsent and p._loop is loop and loop is not None and not p.running:
+            p._resend_final()

@@ -1,15 +1,45 @@
 """What a part says as plain strings: its status label, its input, its result, clipped text.
 
 One place for these facts, shared by the HTML renderer (:mod:`we0nb.notebook.html`) and the
-plain-text one (:mod:`we0nb.notebook.plain`); nothing here is HTML-escaped.
+plain-text one (:mod:`we0nb.notebook.plain`); nothing here is HTML-escaped. :func:`visible` is the
+one place where control and bidi characters are made visible for every rendering.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-__all__ = ["clip", "to_json", "dump", "denied", "edited", "tool_status", "tool_input", "tool_result"]
+__all__ = ["visible", "json_visible", "clip", "to_json", "dump", "denied", "edited", "tool_status", "tool_input",
+           "tool_result"]
+
+#: C0 and C1 controls (but newline and tab) and Unicode's Bidi_Control characters
+#: (U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069)
+_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: "re.Match[str]") -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: Any) -> str:
+    """``text`` with its control and bidi-control characters written as escapes (``\\x1b``, ``\\u202e``).
+
+    Raw, ESC lets model output colour a terminal's text and U+202E reorders the line it sits on
+    (a status line, an approval row); a NUL or a bell has no business in a rendering either.
+    ``\\r\\n`` becomes ``\\n``. Idempotent (its output holds no such character)."""
+    text = "" if text is None else str(text)
+    if _HIDDEN.search(text) is None:
+        return text
+    return _HIDDEN.sub(_escape, text.replace("\r\n", "\n"))
+
+
+def json_visible(text: str) -> str:
+    """JSON text with the same characters as ``\\uXXXX`` escapes: still valid JSON with the same
+    value (an editable box of arguments shows them without changing what is approved)."""
+    return _HIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def clip(text: str, limit: int) -> str:

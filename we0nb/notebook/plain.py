@@ -1,13 +1,15 @@
 """Plain-text rendering of every public we0nb object: what a terminal shows and nbval compares.
 
 Deterministic (no times, no durations), so saved tutorial outputs compare equal run after run.
+Control and bidi characters are shown as escapes (:func:`~we0nb.notebook.part_text.visible`):
+raw, model output could colour a terminal or reorder a line.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from .part_text import clip, denied, dump, edited, to_json, tool_input, tool_result, tool_status
+from .part_text import clip, denied, dump, edited, to_json, tool_input, tool_result, tool_status, visible
 
 __all__ = ["render_text", "message_text", "tool_line", "PLAIN_TEXT_LIMIT"]
 
@@ -62,13 +64,17 @@ def message_text(info: Any, parts: Sequence[Any], limit: Optional[int] = PLAIN_T
     lines = [_part_line(p, limit) for p in parts]
     body = [line for line in lines if line is not None]
     if not body:
-        return head
+        return visible(head)
     first, rest = body[0], body[1:]
-    return "\n".join([f"{head} {first}"] + [f"  {line}" for line in rest])
+    return visible("\n".join([f"{head} {first}"] + [f"  {line}" for line in rest]))
 
 
 def render_text(obj: Any) -> str:
     """A readable plain-text summary (what nbval compares, and what a terminal shows)."""
+    return visible(_render_text(obj))
+
+
+def _render_text(obj: Any) -> str:
     from ..messages import AssistantMessage, MessageWithParts, Session, Transcript, UserMessage
 
     if isinstance(obj, Transcript):

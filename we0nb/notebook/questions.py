@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import html
 from typing import TYPE_CHECKING, Any, Optional
 
 from .._forms import FormField, form_fields, parse_field
 from . import clicks
+from .html import esc
 from .styles import row_border, row_message
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,13 +54,13 @@ class QuestionRow:
             if question.get("mode", "form") == "form" else []
         link = ""
         if question.get("mode") == "url" and str(question.get("url", "")).startswith(("http://", "https://")):
-            url = html.escape(str(question["url"]))
+            url = esc(str(question["url"]))
             link = f"<br><a href='{url}' target='_blank' rel='noopener noreferrer'>{url}</a>"
         self.info = W.HTML(value=(
-            f"<div style='white-space:normal'><b><code>{html.escape(part.tool)}</code></b> "
-            f"<span style='opacity:0.75'>call {html.escape(part.call_id)} · "
-            f"{html.escape(str(question.get('source', '')))} asks:</span><br>"
-            f"<span class='we0-question-text'>{html.escape(str(question.get('message', '')))}</span>{link}</div>"),
+            f"<div style='white-space:normal'><b><code>{esc(part.tool)}</code></b> "
+            f"<span style='opacity:0.75'>call {esc(part.call_id)} · "
+            f"{esc(str(question.get('source', '')))} asks:</span><br>"
+            f"<span class='we0-question-text'>{esc(str(question.get('message', '')))}</span>{link}</div>"),
             layout=W.Layout(width="100%"))
         self.inputs = {f.name: self._input(f) for f in self.fields}
         fixed = W.Layout(width="auto", flex="0 0 auto")

@@ -47,6 +47,10 @@ async def show(source: Any, prompt: Optional[str] = None, *, display: Optional[C
     view = LiveView(interval=interval, display=display, handle=handle, title=title,
                     max_bytes_per_s=max_bytes_per_s)
     view.start()
+    if agent is not None and stream_kwargs.get("mode") == "resume" and stream_kwargs.get("session_id"):
+        # a resume continues the stored turn: show it first (the user's message, what the cut reply
+        # holds), then the run updates it in place
+        view.show_turn((await agent.transcript(stream_kwargs["session_id"])).messages)
     result = await view.consume(stream)
     if agent is not None and view.awaiting and _in_kernel():
         _approval_panel(agent, view)

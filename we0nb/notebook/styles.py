@@ -14,6 +14,8 @@ from __future__ import annotations
 import html
 import re
 
+from .part_text import visible
+
 __all__ = ["CSS", "STYLE", "INLINE", "inline_styles", "row_message", "row_border"]
 
 CSS = """
@@ -133,9 +135,10 @@ def inline_styles(html: str) -> str:
 
 
 def row_message(text: str, error: bool = False) -> str:
-    """A widget row's message line (approval, question, fork): ``text`` escaped, red for an error."""
+    """A widget row's message line (approval, question, fork): ``text`` escaped (controls made visible),
+    red for an error."""
     colour = "#d32f2f" if error else "inherit"
-    return f"<span style='white-space:normal;color:{colour}'>{html.escape(text)}</span>"
+    return f"<span style='white-space:normal;color:{colour}'>{html.escape(visible(text))}</span>"
 
 
 def row_border(accepted: bool) -> str:
