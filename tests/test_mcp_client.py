@@ -225,3 +225,22 @@ async def test_abort_still_cancels_a_call_whose_timeout_resets_on_progress(tmp_p
         took = time.monotonic() - t0
         (p,) = parts(await agent.transcript("r"))
     assert took < 1.0 and p.state.status == "running"  # abort leaves the part running, as for any call
+
+
+@pytest.mark.parametrize("name", ["evil<script>alert(1)</script>", "two words", "x" * 129, "", "naïve", "a/b"])
+def test_a_tool_whose_name_is_no_tool_name_is_not_offered(name: str) -> None:
+    import mcp_types
+
+    from we0nb.mcp.adapter import hidden_reason
+
+    why = hidden_reason(mcp_types.Tool(name=name, inputSchema={"type": "object"}))
+    assert why is not None and "not a tool name" in why
+
+
+@pytest.mark.parametrize("name", ["echo", "get_weather", "files.read", "a-b", "x" * 128])
+def test_tool_names_as_mcp_names_them_are_offered(name: str) -> None:
+    import mcp_types
+
+    from we0nb.mcp.adapter import hidden_reason
+
+    assert hidden_reason(mcp_types.Tool(name=name, inputSchema={"type": "object"})) is None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Union
 
@@ -122,10 +123,20 @@ def tool_policy(name: str, hints: Mapping[str, Any], opts: PolicyOptions) -> tup
     return ToolPolicy(requires_approval=approval), "default"
 
 
+#: a tool name as MCP names them (SEP-986: 1-128 of ASCII letters, digits, ``_``, ``-`` and ``.``)
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
 def hidden_reason(tool: Any) -> Optional[str]:
     """Why a listed tool is not offered to the model (None: it is). A tool whose ``execution``
     says ``taskSupport: "required"`` answers a plain call with an error (MCP 2025-11-25: it
-    must be called as a task, which this client does not do), so the model never sees it."""
+    must be called as a task, which this client does not do), so the model never sees it; nor
+    one whose name is not a tool name (``<script>``, spaces, 200 characters): a provider would
+    refuse every request that offers it, failing each step of the run."""
+    name = getattr(tool, "name", None)
+    if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+        return ("its name is not a tool name (MCP's: 1-128 ASCII letters, digits, '_', '-' and '.'), and a "
+                "model provider would refuse every request offering it")
     execution = getattr(tool, "execution", None)
     if getattr(execution, "task_support", None) == "required":
         return ('it must be called as a task (execution.taskSupport "required"), and we0nb calls tools '
