@@ -53,3 +53,24 @@ def test_none_refuses_to_record_and_all_records_again(tmp_path):
     assert log.count("write") == 2
     with pytest.raises(ValueError, match="record modes"):
         Cassette(path, "ses_x", mode="new_episodes")
+
+
+def test_a_recording_that_compacted_replays_with_the_real_models_context_window(tmp_path):
+    from we0nb.testing import usage
+
+    path = tmp_path / "compacting.db"
+
+    def real():
+        return ScriptedModel([[text("A long answer."), usage(input_tokens=900)], [text("Summary: answered.")]],
+                             context_window=1000)
+
+    async def run(cassette: Cassette):
+        agent = We0Agent(cassette.model(real), persistence=cassette.persistence)
+        try:
+            return await agent.invoke(session_id=cassette.session_id, messages=[user_message("go")])
+        finally:
+            await cassette.close()
+
+    assert asyncio.run(run(Cassette(path, "ses_long"))).result == "compact"
+    replayed = asyncio.run(run(Cassette(path, "ses_long", context_window=1000)))
+    assert (replayed.result, replayed.text) == ("compact", "A long answer.")

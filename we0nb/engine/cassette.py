@@ -36,10 +36,12 @@ RecordMode = Literal["once", "none", "all"]
 
 
 class Cassette:
-    """One recorded session in a SQLite file (see the module). ``recording`` says which it does."""
+    """One recorded session in a SQLite file (see the module). ``recording`` says which it does.
+    ``context_window``: the real model's, for a recording that compacts (its replay then compacts
+    at the same steps: see :class:`~we0nb.ReplayModel`)."""
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], session_id: str, *, mode: RecordMode = "once",
-                 strict: bool = True, serve_tools: bool = True):
+                 strict: bool = True, serve_tools: bool = True, context_window: Optional[int] = None):
         if mode not in ("once", "none", "all"):
             raise ValueError(f"Cassette(mode=...): expected 'once', 'none' or 'all' (vcrpy's record modes), got {mode!r}.")
         self.path = Path(path)
@@ -47,6 +49,7 @@ class Cassette:
         self.mode = mode
         self.strict = strict
         self.serve_tools = serve_tools
+        self.context_window = context_window
         has = _has_session(self.path, session_id)
         if mode == "none" and not has:
             raise ValueError(f"Cassette: {self.path} holds no recording of session {session_id!r} and mode='none' "
@@ -73,7 +76,8 @@ class Cassette:
         recording) while recording, else a :class:`~we0nb.ReplayModel` of the recording."""
         if not self.recording:
             if self._replay is None:
-                self._replay = ReplayModel(self.url, self.session_id, strict=self.strict)
+                self._replay = ReplayModel(self.url, self.session_id, strict=self.strict,
+                                           context_window=self.context_window)
             return self._replay
         if real is None:
             raise ValueError(f"Cassette: session {self.session_id!r} is not recorded in {self.path} yet; pass the real "
