@@ -260,6 +260,17 @@ async def test_split_and_lone_surrogates_are_repaired_and_no_text_is_lost() -> N
     assert (await p.load_transcript("s")).messages[-1].text == expected
 
 
+async def test_a_lone_high_surrogate_before_an_ascii_delta_stays_in_its_place() -> None:
+    p = MemoryPersistence()
+    model = ScriptedModel([[text(["lone ", "\ud800", " surrogate ", "\udfff", " end"])]])
+    agent = We0Agent(model, persistence=p)
+    deltas = [e["text"] async for e in agent.stream(session_id="s", messages=[user_message("go")])
+              if e["type"] == "text-delta"]
+    expected = "lone \ufffd surrogate \ufffd end"  # (the first half came out after " surrogate ")
+    assert "".join(deltas) == expected
+    assert (await p.load_transcript("s")).messages[-1].text == expected
+
+
 async def test_a_lone_surrogate_in_a_tool_output_or_a_user_message_is_stored() -> None:
     @tool(side_effects=False)
     def echo() -> str:

@@ -40,26 +40,29 @@ def clean_json(value: Any) -> Any:
 
 
 class SurrogateJoiner:
-    """Repairs a stream of deltas: a high surrogate at the end of one waits for the next."""
+    """Repairs a stream of deltas: a high surrogate at the end of one waits for the next.
 
-    __slots__ = ("_held",)
+    ``held`` is the half waiting (empty: none): a caller that skips :meth:`feed` for ASCII
+    deltas must feed them while it is not empty, or the half would come out after them."""
+
+    __slots__ = ("held",)
 
     def __init__(self) -> None:
-        self._held = ""
+        self.held = ""
 
     def feed(self, delta: str) -> str:
         """The repaired text to emit for ``delta`` (may be empty while a half is held)."""
-        if self._held:
-            delta, self._held = self._held + delta, ""
+        if self.held:
+            delta, self.held = self.held + delta, ""
         elif delta.isascii():
             return delta
         if delta and "\ud800" <= delta[-1] <= "\udbff":
-            delta, self._held = delta[:-1], delta[-1]
+            delta, self.held = delta[:-1], delta[-1]
         return clean(delta)
 
     def flush(self) -> str:
         """What is still held at the end of a part (a lone half: U+FFFD)."""
-        held, self._held = self._held, ""
+        held, self.held = self.held, ""
         return clean(held) if held else ""
 
 

@@ -183,7 +183,7 @@ class Run:
                                     open_cls = None if writer.open is None else _DELTA_OF[writer.open.type]
                                     continue
                             text = m.text
-                            if not text.isascii():
+                            if joiner.held or not text.isascii():  # (a held half goes before the next delta)
                                 text = joiner.feed(text)
                             chunks.append(text)
                             if cls is TextDelta:
