@@ -702,6 +702,21 @@ async def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) ->
 
 
 @pytest.mark.postgres
+async def test_a_postgres_url_with_several_settings_in_options_keeps_each(pg_schema: str) -> None:  # noqa: F811
+    await SqlPersistence(PG_URL, schema=pg_schema).upsert_session(_session("ses_opts"))
+    url = f"{PG_URL}?options=-csearch_path%3D{pg_schema}%20-capplication_name%3Dwe0nb_opts"
+    p = SqlPersistence(url)
+    try:  # (the store's own connections read "a+b" as one setting: no such table)
+        assert [s.id for s in await p.list_sessions()] == ["ses_opts"]
+        assert (await p.load_transcript("ses_opts")).session.id == "ses_opts"
+        names = pg_execute(pg_schema, "SELECT DISTINCT application_name FROM pg_stat_activity "
+                                      "WHERE application_name = 'we0nb_opts'")
+        assert names == [("we0nb_opts",)]
+    finally:
+        await p.close()
+
+
+@pytest.mark.postgres
 async def test_postgres_schema_and_synchronous_settings(pg_schema: str) -> None:  # noqa: F811
     p = SqlPersistence(PG_URL, schema=pg_schema)
     await p.upsert_session(_session("ses_pg"))

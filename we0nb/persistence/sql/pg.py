@@ -56,7 +56,7 @@ class PgConnections:
         opts = db.engine_options
         self.size = max(1, int(opts.get("pool_size", 5)) + int(opts.get("max_overflow", 10)))
         self.connect_args = dict(opts.get("connect_args", {}))
-        self.conninfo = db.sync_url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self.conninfo = conninfo(db.sync_url)
         self.settings = pg_settings(db.schema, db.synchronous)
         self.pools: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pool]" = weakref.WeakKeyDictionary()
         self.guards: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]" = weakref.WeakKeyDictionary()
@@ -229,3 +229,19 @@ async def _close_all(pool: _Pool, lent_too: bool = True) -> None:
     for conn in conns:
         pool.open.discard(conn)
         await _close(conn)
+
+
+def conninfo(url: Any) -> str:
+    """``url`` as libpq's ``keyword='value'`` connection string. (Rendered back as a URL, its query
+    is written the way forms are, a space as ``+``, which libpq does not read as one: ``options=``
+    with two ``-c`` settings became one setting with the other glued to its value.)"""
+    fields: dict[str, Any] = {"host": url.host, "port": url.port, "user": url.username, "password": url.password,
+                              "dbname": url.database}
+    for key, value in url.query.items():
+        fields[key] = value[-1] if isinstance(value, tuple) else value
+    return " ".join(f"{key}='{_quoted(str(value))}'" for key, value in fields.items() if value is not None)
+
+
+def _quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
