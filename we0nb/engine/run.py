@@ -147,6 +147,7 @@ class Run:
                     chunks, joiner = writer.chunks, proc.joiner
                     open_cls: Optional[type] = None  # (the delta class of the open part)
                     part_id, first = "", _NOTHING
+                    half = False  # (the joiner holds a high surrogate: the next delta goes through it too)
                     try:
                         if handed.prelude is not None:  # (a pipelined step's start, once the model answered)
                             first = await self._first(handed)
@@ -183,8 +184,11 @@ class Run:
                                     open_cls = None if writer.open is None else _DELTA_OF[writer.open.type]
                                     continue
                             text = m.text
-                            if joiner.held or not text.isascii():  # (a held half goes before the next delta)
+                            if not text.isascii():
                                 text = joiner.feed(text)
+                                half = joiner.held != ""
+                            elif half:  # (an ASCII delta after a held half: the half goes first)
+                                text, half = joiner.feed(text), False
                             chunks.append(text)
                             if cls is TextDelta:
                                 yield {"type": "text-delta", "text": text, "part_id": part_id}
