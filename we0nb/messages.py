@@ -108,7 +108,7 @@ def put(m: BaseModel, name: str, value: Any) -> None:
     """``m.<name> = value`` for a field of one of these models (no assignment validation, no
     private attributes): what pydantic's ``__setattr__`` does, in one call instead of two — a
     step sets six fields this way."""
-    m.__dict__[name] = value
+    m.__dict__[name] = value  # pyright: ignore[reportIndexIssue]  (an instance's dict, not a class's proxy)
     m.__pydantic_fields_set__.add(name)
 
 

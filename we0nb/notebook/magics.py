@@ -21,6 +21,7 @@ IPython's own option errors are: a traceback would point into we0nb, not at the 
 from __future__ import annotations
 
 import keyword
+import shlex
 from typing import Any
 
 __all__ = ["We0Magics", "load_ipython_extension"]
@@ -35,7 +36,6 @@ def _make_magics_class() -> Any:
     from IPython.core.error import UsageError
     from IPython.core.magic import Magics, line_cell_magic, magics_class
     from IPython.core.magic_arguments import argument, magic_arguments
-    from IPython.utils.process import arg_split
 
     @magics_class
     class We0Magics(Magics):
@@ -61,7 +61,7 @@ def _make_magics_class() -> Any:
                 print(parser.format_help().rstrip() + "\n\n" + _USAGE)
                 return
             try:  # shell quoting as a shell reads it: -s 'my session' is `my session`, -s '' is empty
-                argv = arg_split(line, posix=True)
+                argv = shlex.split(line)
             except ValueError as exc:
                 raise UsageError(f"%%we0: cannot read the options ({exc}); check the quotes.") from None
             args = parser.parse_args(argv)  # (its mistakes are UsageErrors already)
