@@ -213,10 +213,12 @@ def test_a_strict_replay_never_serves_a_recorded_summary_as_an_answer(store):
 def test_a_loose_replay_skips_the_summaries_the_agent_did_not_ask_for(store):
     async def go():
         await _record_compacting(store)
-        agent = We0Agent(ReplayModel(store, "ses_c", strict=False), persistence=store)
+        replay = ReplayModel(store, "ses_c", strict=False)
+        agent = We0Agent(replay, persistence=store)
         await agent.invoke(session_id="ses_c4", messages=[user_message("do")])
         second = await agent.invoke(session_id="ses_c4", messages=[user_message("more")])
         assert second.text == "Continuing."
+        assert len(replay.requests) == 2 and replay.step == 3  # (two calls, one summary skipped)
 
     run(go())
 

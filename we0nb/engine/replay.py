@@ -160,22 +160,8 @@ class ReplayModel(Model):
         await self.prepare()
         assert self._steps is not None
         self.requests.append(request)
-        n = self.step + 1
-        if self.step >= len(self._steps):
-            raise ReplayMismatchError(
-                f"ReplayModel: step {n} was asked for, but session {self.session_id!r} recorded "
-                f"{len(self._steps)} step(s); the agent called the model more often than the recorded run.",
-                step=n)
-        recorded = self._steps[self.step]
         asked_summary = request.purpose == "summary"
-        if recorded.summary != asked_summary:
-            if self.strict or asked_summary:
-                raise self._compaction_mismatch(n, recorded.summary)
-            while self.step < len(self._steps) and self._steps[self.step].summary:  # (no compaction here: skipped)
-                self.step += 1
-            async for event in self.stream(request):  # (the step after the skipped summaries)
-                yield event
-            return
+        n, recorded = self._next(self._steps, asked_summary)
         if self.strict and not asked_summary:
             _check(self.session_id, n, recorded.sent, request.messages)
         self.step = n
@@ -183,6 +169,23 @@ class ReplayModel(Model):
             yield event
         if recorded.failure is not None:
             raise RecordedModelError(*recorded.failure)
+
+    def _next(self, steps: list[RecordedStep], asked_summary: bool) -> tuple[int, RecordedStep]:
+        """The recorded step that answers this call, and its number (from 1): past the summaries
+        the agent did not ask for when not strict (it did not compact there); else a mismatch."""
+        if not (self.strict or asked_summary):
+            while self.step < len(steps) and steps[self.step].summary:
+                self.step += 1
+        n = self.step + 1
+        if self.step >= len(steps):
+            raise ReplayMismatchError(
+                f"ReplayModel: step {n} was asked for, but session {self.session_id!r} recorded "
+                f"{len(steps)} step(s); the agent called the model more often than the recorded run.",
+                step=n)
+        recorded = steps[self.step]
+        if recorded.summary != asked_summary:
+            raise self._compaction_mismatch(n, recorded.summary)
+        return n, recorded
 
     def _compaction_mismatch(self, n: int, recorded_summary: bool) -> ReplayMismatchError:
         if recorded_summary:
@@ -235,13 +238,15 @@ def load_steps(messages: Sequence[MessageWithParts]) -> list[RecordedStep]:
     for i, m in enumerate(messages):
         info = m.info
         if isinstance(info, AssistantMessage):
-            out.append(RecordedStep(info.id, tuple(_events(m, info)), tuple(to_model_messages(messages[:i])),
-                                    summary=info.summary, failure=_failure(info)))
+            failure = _failure(info)
+            out.append(RecordedStep(info.id, tuple(_events(m, info, failed=failure is not None)),
+                                    tuple(to_model_messages(messages[:i])), summary=info.summary, failure=failure))
     return out
 
 
-def _events(m: MessageWithParts, info: AssistantMessage) -> list[ModelEvent]:
-    """What the model streamed for this message, as the engine received it."""
+def _events(m: MessageWithParts, info: AssistantMessage, *, failed: bool) -> list[ModelEvent]:
+    """What the model streamed for this message, as the engine received it (``failed``: the call
+    failed after that, so no finish)."""
     events: list[ModelEvent] = []
     calls = False
     for p in m.parts:
@@ -259,7 +264,7 @@ def _events(m: MessageWithParts, info: AssistantMessage) -> list[ModelEvent]:
             original = st.metadata.get("original_input")
             args = original if isinstance(original, dict) else st.input
             events.append(ToolCallEvent(p.call_id, p.tool, dict(args)))
-    if _failure(info) is not None:  # (it streamed this much, then failed: no finish)
+    if failed:
         return events
     reason = info.finish_reason or ("tool-calls" if calls else "stop")
     events.append(FinishEvent(reason, info.usage.model_copy()))
