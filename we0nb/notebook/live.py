@@ -447,21 +447,23 @@ class LiveView:
         if not final:
             chars = sum(len(p.text) for t in self.turns for p in t.parts if getattr(p, "type", "") == "text")
             return visible(f"{head} — {self.delta_count} deltas, {chars} chars so far")
-        lines = [head]
+        # (each line made visible once: message_text's lines are already — the whole transcript's
+        # text is not searched again)
+        lines = [visible(head)]
         lines += [message_text(t.info, t.parts, limit=None) for t in self.turns]  # exact text
         if self.recovery_log:
-            lines.append("recovery: " + "; ".join(self.recovery_log))
+            lines.append(visible("recovery: " + "; ".join(self.recovery_log)))
         if self.status == "aborted":
             lines.append("aborted: everything so far is persisted; unfinished calls wait for a resume")
         if self.awaiting:
             lines.append(approval_sentence(len(self.awaiting)))
         if self.error is not None:
-            lines.append(f"error: {type(self.error).__name__}: {self.error}")
+            lines.append(visible(f"error: {type(self.error).__name__}: {self.error}"))
         if getattr(self.result, "truncated", False):
             lines.append(TRUNCATED)
         if self.model_calls and self.cost is not None:
             lines.append(f"cost: {format_cost(self.cost)} ({self.model_calls} model call{'s' * (self.model_calls != 1)})")
-        return visible("\n".join(lines))
+        return "\n".join(lines)
 
     def bundle(self, final: bool = False) -> Bundle:
         # the plain text of intermediate updates is a short summary (fewer bytes on iopub);
