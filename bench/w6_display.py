@@ -14,6 +14,7 @@ rate, and the final output exact.  Run: ``python bench/w6_display.py [--json]``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -66,7 +67,9 @@ def _max_in_window(msgs, window=1.0):
 
 
 def main() -> None:
-    as_json = "--json" in sys.argv
+    ap = argparse.ArgumentParser(description="W6: the live display in a real kernel (see docs/performance.md).")
+    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    as_json = ap.parse_args().json
     k = Kernel()
     rows = []
     try:

@@ -374,3 +374,17 @@ def test_shrink_keeps_an_earlier_summary_and_never_starts_with_a_result():
     level3 = shrink(history, 3)
     assert level3[0] == UserTurn(SUMMARY_PREFIX + "old") and len(level3) < len(history) / 2
     assert not isinstance(level3[1], ToolResult)
+
+
+@pytest.mark.parametrize("provider, advice", [
+    (None, "Give its steps usage(...) to drive compaction by tokens."),
+    ("openai", "If its server can send usage in streams, turn it on."),
+])
+async def test_the_no_usage_warning_gives_advice_that_fits_the_model(caplog, provider, advice):
+    # a test double has no server to turn usage on in: its script is what says what a call used
+    model = ScriptedModel([[text("x" * 400)], [text("ok")]], context_window=150, provider=provider)
+    agent = We0Agent(model, compaction_threshold=0.5)
+    with caplog.at_level("WARNING", logger="we0nb"):
+        await agent.invoke(session_id=SID, messages=[user_message("hi")])
+    warned = [r.getMessage() for r in caplog.records if "reports no token usage" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].endswith(advice)

@@ -211,9 +211,12 @@ class Compactor:
         except TypeError:  # not weak-referenceable: warn every time rather than never
             first = True
         if first:
+            # (the package's test doubles have no server: their scripts say what a call used)
+            advice = ("Give its steps usage(...) to drive compaction by tokens."
+                      if getattr(model, "provider_name", None) == "we0nb"
+                      else "If its server can send usage in streams, turn it on.")
             log.warning("%s reports no token usage, so compaction estimates the context from the text "
-                        "(4 characters a token). If its server can send usage in streams, turn it on.",
-                        getattr(model, "model_id", type(model).__name__))
+                        "(4 characters a token). %s", getattr(model, "model_id", type(model).__name__), advice)
         return estimate_history(state.history.build(state.messages), state.agent.system_prompt,
                                 state.tools.schemas)
 
