@@ -35,12 +35,16 @@ async def run_step(state: "RunState", executor: "ToolExecutor",
     agent, writer, sid = state.agent, state.writer, state.session_id
     state.steps += 1
     t0 = now()
-    info = AssistantMessage(id=state.ids("msg"), session_id=sid, time=MessageTime(created=t0),
-                            parent_id=state.parent_id(), model_id=agent.model.model_id)
+    # (the step's own records are built as they are, not validated: every value is the engine's)
+    info = assembled(AssistantMessage, id=state.ids("msg"), session_id=sid, role="assistant",
+                     time=assembled(MessageTime, created=t0, completed=None), error=None,
+                     parent_id=state.parent_id(), model_id=agent.model.model_id, usage=Usage(), finish_reason=None,
+                     summary=False, cost=None)
     msg = assembled(MessageWithParts, info=info, parts=[])
     request = state.model_request()
     state.messages.append(msg)
-    start = StepStartPart(id=state.ids("prt"), session_id=sid, message_id=info.id, time=t0)
+    start = assembled(StepStartPart, id=state.ids("prt"), session_id=sid, message_id=info.id, type="step-start",
+                      time=t0)
     msg.parts.append(start)
     processor = StepProcessor(state, msg)
     # durability point: the unfinished message exists (committed with the previous step's end)
@@ -151,10 +155,10 @@ def _close_step(state: "RunState", msg: MessageWithParts, processor: StepProcess
     if has_tokens(info.usage):
         state.usage = state.usage + info.usage
     end = now()
-    sf = StepFinishPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
-                        reason=finish.reason, usage=finish.usage, time=end)
+    sf = assembled(StepFinishPart, id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
+                   type="step-finish", reason=finish.reason, usage=finish.usage, time=end)
     msg.parts.append(sf)
-    put(info, "time", MessageTime(created=info.time.created, completed=end))
+    put(info, "time", assembled(MessageTime, created=info.time.created, completed=end))
     put(info, "finish_reason", finish.reason)
     state.cost = add_cost(state.cost, info.cost)
     # the last call's end state is committed with the step's end: its event waits for it (a
