@@ -109,6 +109,7 @@ class Worker:
                 self.wake.clear()
                 await self.wake.wait()  # (one event, not asyncio.wait over every lane)
             exited, self.exited = self.exited, []
+            _seen(exited)  # (several lanes may fail at once — a database gone: the first is raised)
             for lane in exited:
                 lane.result()  # a lane's failure to record an end is the batch's failure
 
@@ -317,14 +318,20 @@ class Worker:
 
     async def _give_back(self) -> None:
         """The batch call was cancelled: cut the running items; each lane records its own (aborted)."""
-        if not self.lanes:
-            return
-        self.stop.set()
-        done, _ = await asyncio.wait(list(self.lanes))
-        for lane in done:  # (a lane's own error is the cancelled call's to drop: mark it seen)
-            if not lane.cancelled():
-                lane.exception()
+        if self.lanes:
+            self.stop.set()
+            await asyncio.wait(list(self.lanes))
+        # (a lane's own error is the cancelled or failed call's to drop: each marked seen, those
+        # that ended before the call did too — else asyncio logs each as "never retrieved")
+        _seen(self.exited)
         self.exited = []
+
+
+def _seen(lanes: "list[asyncio.Task[None]]") -> None:
+    """Mark each lane's error as retrieved (what is raised, if anything, is the caller's choice)."""
+    for lane in lanes:
+        if lane.done() and not lane.cancelled():
+            lane.exception()
 
 
 class Budget:
