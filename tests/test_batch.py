@@ -145,6 +145,42 @@ async def test_an_end_that_cannot_be_recorded_beside_the_next_item_fails_the_bat
                                                                         progress=False), 30)
 
 
+@pytest.mark.parametrize("name", [" b1", "b1 ", "\u00a0b1"])
+async def test_a_batch_name_with_a_space_at_either_end_is_refused(ledger, name) -> None:
+    store = MemoryPersistence()
+    with pytest.raises(ValueError, match="starts or ends with a space.*use 'b1'"):
+        await make_agent(store, ledger, steps=1).batch(prompts(2), name=name, progress=False)
+    assert await store.list_batches() == []
+
+
+async def test_lanes_failing_at_once_raise_one_error_and_log_no_unretrieved_ones(ledger, monkeypatch, caplog) -> None:
+    """The database gone under many items at once: every lane fails to record its end; the call
+    raises the first, and no other lane's error is left for asyncio to log ("Task exception was
+    never retrieved", a traceback each) when the tasks are collected."""
+    import gc
+
+    from we0nb import PersistenceError
+
+    store = MemoryPersistence()
+    gate = asyncio.Event()
+
+    async def failing(*a: Any, **kw: Any) -> Any:
+        await gate.wait()  # (all lanes reach it, then all fail together)
+        raise PersistenceError("the database went away (on purpose)")
+
+    monkeypatch.setattr(store, "end_and_claim", failing)
+    monkeypatch.setattr(store, "end_batch_item", failing)
+    asyncio.get_running_loop().call_later(0.3, gate.set)
+    with caplog.at_level("ERROR", logger="asyncio"):
+        with pytest.raises(PersistenceError, match="went away"):
+            await asyncio.wait_for(make_agent(store, ledger, steps=1).batch(prompts(8), name="gone", concurrency=8,
+                                                                            progress=False), 30)
+        for _ in range(3):
+            await asyncio.sleep(0)
+            gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()], caplog.text
+
+
 async def test_a_run_the_store_failed_is_not_a_failed_item_and_a_later_batch_finishes_it(ledger, monkeypatch) -> None:
     """The store failing under a run (a full disk, a lost database) is the batch's failure, raised
     by the call, not the item's: nothing is recorded ``failed``, and once the store is back a later

@@ -169,3 +169,34 @@ def test_errors_read_in_words_clipped_at_a_word() -> None:
         " in session 'ses_0661b82d1da4f17ffb2ffb15' (assistant message 'msg_0661b82d20af4f7e0a7e4f38')", "")
     assert short[-2].isalnum() and message[message.index(short[-6:-1]) + 5] == " "  # cut where a word ends
     assert clip_words("one\ntwo   three", 100) == "one two three"
+
+
+async def test_the_text_bars_counts_and_its_number_say_the_same_on_every_line(monkeypatch) -> None:
+    """Each line the terminal's bar draws: its ``n/total`` is the ended items beside it (done,
+    approval, failed) — the counts are set before the number, whose update draws the line; an
+    item that ended waiting for a person is shown as such, not as done."""
+    import io
+    import re
+
+    import tqdm.auto
+
+    from we0nb.batch.progress import Progress
+    from we0nb.persistence.batches import BatchInfo, ItemEnd
+
+    out = io.StringIO()
+    real = tqdm.auto.tqdm
+    monkeypatch.setattr(tqdm.auto, "tqdm", lambda *a, **kw: real(*a, **{**kw, "file": out, "mininterval": 0}))
+    progress = Progress("b", asyncio.Event(), live=False)
+    progress.start(BatchInfo(name="b", created=0.0, updated=0.0, items=6, fingerprint="f", counts={"pending": 6},
+                             unfinished=6))
+    for i, status in enumerate(["stop", "approval", "stop", "failed", "stop", "approval"]):
+        progress.claimed(1)
+        progress.ended(i, ItemEnd(status=status, error="boom" if status == "failed" else None))
+    progress.close()
+    lines = [seg for seg in re.split(r"[\r\n]", out.getvalue()) if "/6" in seg]
+    assert lines
+    for line in lines:
+        n = int(re.search(r"(\d+)/6", line).group(1))
+        counts = dict(re.findall(r"(done|approval|failed)=(\d+)", line))
+        assert n == sum(int(v) for v in counts.values()), line
+    assert "done=3 approval=2 failed=1" in lines[-1], lines[-1]

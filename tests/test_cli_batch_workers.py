@@ -34,7 +34,9 @@ from we0nb import MemoryPersistence
 def agent():
     # a function returning the agent; its store is replaced by the worker's --db
     failing = os.environ.get("FAIL", "").split(",")
+    asking = os.environ.get("APPROVAL", "").split(",")
     return make_agent(MemoryPersistence(), Ledger(os.environ["LEDGER"]), fail=lambda p: p in failing,
+                      approval=lambda p: p in asking,
                       delay=float(os.environ.get("DELAY", "0.01")), tool_delay=float(os.environ.get("TOOL_DELAY", "0.02")))
 
 
@@ -122,6 +124,32 @@ def test_exit_0_only_once_the_batch_is_complete_failed_items_included(tmp_path) 
     assert "batch f: complete, 4 items (failed=1, stop=3)" in done.stdout
 
 
+def test_items_waiting_for_approval_end_the_batch_and_the_last_line_says_so(tmp_path) -> None:
+    prompts = write_inputs(tmp_path, 4)
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    p = cli(tmp_path, "batch", "run", "workagent:agent", "--prompts", str(prompts), "--name", "a", "--db", db,
+            APPROVAL="p1,p3")
+    assert p.returncode == 0, p.stderr
+    assert "complete, 4 items (approval=2, stop=2)" in p.stdout, p.stdout
+    assert f"2 ended waiting for a person's approval: `we0nb approvals --db {db}` lists the calls" in p.stdout
+    assert "done=2 approval=2 failed=0" in p.stderr  # (the bar: not counted as done)
+    listed = cli(tmp_path, "approvals", "--db", db)
+    assert listed.returncode == 0 and listed.stdout.count("act") >= 2, listed
+
+
+def test_suggested_commands_leave_out_a_db_url_that_came_from_we0nb_db(tmp_path) -> None:
+    # pasted, `--db 'postgresql://user:***@…'` would log in with the password "***": the variable applies to it too
+    prompts = write_inputs(tmp_path, 2)
+    env = {**env_for(tmp_path), "WE0NB_DB": f"sqlite:///{tmp_path / 'env.db'}"}
+    p = subprocess.run([sys.executable, "-m", "we0nb.cli", "batch", "run", "workagent:agent", "--prompts", str(prompts),
+                        "--name", "v", "--no-progress"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=180)
+    assert p.returncode == 0 and "`we0nb batch show v` shows it" in p.stdout, (p.stdout, p.stderr)
+    w = subprocess.run([sys.executable, "-m", "we0nb.cli", "batch", "work", "workagent:agent", "nob"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=180)
+    assert w.returncode == 1 and "`we0nb batch run workagent:agent --prompts FILE --name nob`." in w.stderr, w.stderr
+
+
 def test_clear_one_line_errors(tmp_path) -> None:
     prompts = write_inputs(tmp_path, 2)
     (tmp_path / "notagent.py").write_text("value = 3\ndef broken():\n    raise RuntimeError('no key')\n")
@@ -141,6 +169,14 @@ def test_clear_one_line_errors(tmp_path) -> None:
         "--column 'q': ": (*run, "workagent:agent", *tail, "--column", "q"),
         "keeps its sessions in memory: pass --db": (*run, "workagent:agent", "--prompts", str(prompts), "--name", "e"),
         "no database at": ("batch", "work", "workagent:agent", "nob", "--db", db),  # (work creates none)
+        # a stray space would name a second batch, all of whose items run again
+        "--name ' e' starts or ends with a space": (*run, "workagent:agent", "--prompts", str(prompts),
+                                                    "--name", " e", "--db", db),
+        # an in-memory SQLite database is refused as --db memory is: nothing of it would be left to show
+        "--db sqlite://: a batch in memory is not shared": (*run, "workagent:agent", "--prompts", str(prompts),
+                                                             "--name", "e", "--db", "sqlite://"),
+        "--db sqlite:///:memory:: a batch in memory": (*run, "workagent:agent", "--prompts", str(prompts),
+                                                        "--name", "e", "--db", "sqlite:///:memory:"),
     }
     for expected, args in cases.items():
         line = one_line(cli(tmp_path, *args))
@@ -152,6 +188,54 @@ def test_clear_one_line_errors(tmp_path) -> None:
     (tmp_path / "bad.parquet").write_text("not parquet")
     assert "cannot read it as parquet" in one_line(cli(tmp_path, *run, "workagent:agent", "--prompts",
                                                         "bad.parquet", "--name", "e", "--db", db))
+
+
+async def test_the_signal_that_ended_a_worker_gives_its_exit_code() -> None:
+    from we0nb.cli.batch_work import Stopper
+
+    for first, second, code in [(signal.SIGTERM, signal.SIGTERM, 143), (signal.SIGINT, signal.SIGTERM, 143),
+                                (signal.SIGTERM, signal.SIGINT, 130), (signal.SIGINT, None, 130)]:
+        async def worker() -> Stopper:
+            stopper = Stopper(asyncio.Event())
+            stopper._on_signal(first)
+            if second is not None:
+                stopper._on_signal(second)
+                stopper._on_signal(second)  # (a third: nothing more to cancel)
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                asyncio.current_task().uncancel()
+            return stopper
+
+        stopper = await asyncio.create_task(worker())
+        assert stopper.stop.is_set() and stopper.signal == first and stopper.cancelled_by == second
+        assert stopper.exit_code() == code, (first, second)
+
+
+def test_a_second_sigterm_cancels_at_once_and_still_exits_143(tmp_path) -> None:
+    # a scheduler that sends SIGTERM twice: the worker is cancelled at once, and says so — not "Ctrl-C", not 130
+    prompts = write_inputs(tmp_path, 16)
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    proc = subprocess.Popen([sys.executable, "-m", "we0nb.cli", "batch", "run", "workagent:agent", "--prompts",
+                             str(prompts), "--name", "d", "--db", db, "--concurrency", "4", "--no-progress"],
+                            cwd=tmp_path, env=env_for(tmp_path, DELAY="0.1", TOOL_DELAY="0.3"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not ledger.lines():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    # (-15: the second signal came once the worker had stopped and let go of its handler — ended
+    # by SIGTERM all the same, which a shell or a scheduler reports as 143)
+    assert proc.returncode in (143, -signal.SIGTERM), (out, err)
+    assert "Traceback" not in err and "Ctrl-C" not in err, err
+    assert proc.returncode == -signal.SIGTERM or "by a second SIGTERM" in err or "stopped by SIGTERM" in err, err
+    w = cli(tmp_path, "batch", "work", "workagent:agent", "d", "--db", db, "--no-progress")
+    assert w.returncode == 0 and "complete, 16 items (stop=16)" in w.stdout, w.stderr
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -262,3 +346,21 @@ async def _each_item_ended_once(url: str, n: int) -> None:
             assert not tr.needs_resume
     finally:
         await store.close()
+
+
+def test_a_parquet_file_without_pyarrow_says_what_to_install(tmp_path, monkeypatch) -> None:
+    import pandas as pd
+
+    from we0nb.cli._common import CliError
+    from we0nb.cli._target import read_prompts
+
+    path = tmp_path / "p.parquet"
+    pd.DataFrame({"prompt": ["a", "b"]}).to_parquet(path)
+    assert read_prompts(str(path), None) == ["a", "b"]
+
+    def no_engine(*a, **kw):  # what pandas raises when neither pyarrow nor fastparquet is there
+        raise ImportError("Unable to find a usable engine; tried using: 'pyarrow', 'fastparquet'.")
+
+    monkeypatch.setattr(pd, "read_parquet", no_engine)
+    with pytest.raises(CliError, match=r"needs pyarrow, which is not installed here: pip install pyarrow"):
+        read_prompts(str(path), None)

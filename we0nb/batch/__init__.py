@@ -17,7 +17,7 @@ import math
 from typing import Any, Optional, Sequence
 
 from .._ids import now
-from ..engine.request import check_session_id
+from ..engine.request import check_batch_name, check_session_id
 from ..persistence.batches import BatchQueue, batch_queue
 from .observe import batch_observer_for
 from .progress import make_progress
@@ -35,7 +35,7 @@ async def run_batch(agent: Any, prompts: Any, *, name: Optional[str] = None, con
     """``agent.batch(...)``: see :meth:`we0nb.We0Agent.batch`."""
     _check(concurrency, abort, max_failures, max_cost)
     new = batch_items(prompts, session_ids)
-    name = new_batch_name() if name is None else check_session_id(name, "batch(name=...)", "batch names")
+    name = new_batch_name() if name is None else check_batch_name(name, "batch(name=...)")
     store = batch_queue(agent.persistence)
     if session_ids is not None and not await store.list_batches(name):  # (a new batch: its sessions are new)
         await _refuse_taken(agent.persistence, [it.session_id for it in new])

@@ -143,13 +143,15 @@ class Progress(NoProgress):
             self.view.update(self.tally, self.errors)
         if self.bar is None:
             return
+        by = self.tally.by_status
+        done = by.get("stop", 0) + by.get("compact", 0)
+        waiting = f" approval={by['approval']}" if by.get("approval") else ""  # (ended, waiting for a person)
+        # the counts first, then the bar's number: an update redraws, and both then say the same
+        self.bar.set_postfix_str(f"done={done}{waiting} failed={by.get('failed', 0)} running={by.get('running', 0)}",
+                                 refresh=False)
         ended = self.tally.ended_items
         if ended != self.bar.n:
             self.bar.update(ended - self.bar.n)  # (an item failed before and retried runs again: it goes back)
-        by = self.tally.by_status
-        done = sum(by.get(k, 0) for k in ("stop", "compact", "approval"))
-        self.bar.set_postfix_str(f"done={done} failed={by.get('failed', 0)} running={by.get('running', 0)}",
-                                 refresh=False)
 
     def close(self, stopped: Optional[str] = None) -> None:
         """The last state; ``stopped`` says why the call ended early (``"aborted"``, ``"max_failures"``…)."""

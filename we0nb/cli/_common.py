@@ -63,6 +63,16 @@ def check_name(value: str, flag: str, what: str = "session ids") -> str:
         raise CliError(str(e)) from None
 
 
+def check_batch(value: str, flag: str) -> str:
+    """A batch name typed on the command line, by the engine's rule (``check_batch_name``)."""
+    from ..engine.request import check_batch_name
+
+    try:
+        return check_batch_name(value, flag)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+
+
 def json_object(text: str, flag: str, holding: str, example: str, outcome: str = "") -> dict[str, Any]:
     """The JSON object a flag such as ``--input`` holds; anything else is one line naming the
     flag, what it should hold and an example (``holding``: "the corrected arguments"), then

@@ -150,6 +150,9 @@ def _table(p: Path, suffix: str, column: Optional[str]) -> list[str]:
 
     try:
         df = pd.read_csv(p, dtype=str, keep_default_na=False) if suffix == ".csv" else pd.read_parquet(p)
+    except ImportError:  # (pandas reads parquet through pyarrow, a dependency of we0nb: removed since)
+        raise CliError(f"--prompts {p}: reading a .parquet file needs pyarrow, which is not installed here: "
+                       "pip install pyarrow (or give the prompts as .jsonl or .csv).") from None
     except Exception as e:
         first = (str(e).strip().splitlines() or [""])[0]
         raise CliError(f"--prompts {p}: cannot read it as {suffix[1:]}: {type(e).__name__}: {first}") from e

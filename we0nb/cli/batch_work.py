@@ -22,8 +22,8 @@ import sys
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Optional
 
-from ._common import EXIT_INTERRUPTED, CliError, CtrlC, check_name, hint, say
-from ._db import from_env, normalize_db, open_store, read_sync, safe_url
+from ._common import EXIT_INTERRUPTED, CliError, CtrlC, check_batch, check_name, hint, say
+from ._db import from_env, normalize_db, open_store, read_sync, safe_url, sqlite_file
 from ._target import load_agent, read_prompts
 
 __all__ = ["add_work_parsers", "cmd_run", "cmd_work", "EXIT_TERMINATED"]
@@ -40,6 +40,8 @@ class Stopper:
     def __init__(self, stop: asyncio.Event) -> None:
         self.stop = stop
         self.signal: Optional[int] = None
+        #: the second signal, which cancelled the worker at once (None: it stopped, or goes on)
+        self.cancelled_by: Optional[int] = None
         self._task = asyncio.current_task()
         self._loop = asyncio.get_running_loop()
         self._installed: list[int] = []
@@ -65,8 +67,24 @@ class Stopper:
             sys.stderr.write(f"\n{name}: stopping; the items this worker holds go back to the batch "
                              "(another signal cancels at once)\n")
             sys.stderr.flush()
-        elif self._task is not None:
+        elif self._task is not None and self.cancelled_by is None:
+            self.cancelled_by = sig
             self._task.cancel()
+
+    def exit_code(self) -> int:
+        """130 when Ctrl-C ended the worker, 143 when SIGTERM did (the signal that cancelled it, if any)."""
+        last = self.cancelled_by if self.cancelled_by is not None else self.signal
+        return EXIT_INTERRUPTED if last == signal.SIGINT else EXIT_TERMINATED
+
+
+def _signal_name(sig: Optional[int]) -> str:
+    return "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
+
+
+def _db_args(args: argparse.Namespace, url: str) -> tuple[str, ...]:
+    """``--db URL`` for a suggested command — none when the URL came from ``$WE0NB_DB``, which the
+    pasted command reads too (its password stays out of sight, and is not pasted back as ``***``)."""
+    return () if args.db is None and from_env() is not None else ("--db", url)
 
 
 def _store_url(args: argparse.Namespace) -> Optional[str]:
@@ -74,8 +92,8 @@ def _store_url(args: argparse.Namespace) -> Optional[str]:
     if db is None:
         return None
     url = normalize_db(db)
-    if url == "memory":
-        raise CliError("--db memory: a batch in memory is not shared and not kept; pass a database URL "
+    if url == "memory" or (url.startswith("sqlite") and sqlite_file(url) is None):
+        raise CliError(f"--db {safe_url(url)}: a batch in memory is not shared and not kept; pass a database URL "
                        "(postgresql://… for workers on several hosts, or sqlite:///file.db).")
     return url
 
@@ -110,39 +128,64 @@ async def _work(agent: Any, args: argparse.Namespace, ctrl: CtrlC, url: str,
     stopper = Stopper(stop).install()  # (replaces the command's Ctrl-C: a stop gives back, not an abort)
     options = dict(concurrency=args.concurrency, abort=stop, progress=not args.no_progress,
                    max_failures=args.max_failures)
+    result: Any = None
     try:
         if prompts is not None:
             result = await agent.batch(prompts, name=args.name, **options)
         else:
             result = await work_batch(agent, args.name, **options)
+    except asyncio.CancelledError:
+        if stopper.cancelled_by is None:
+            raise
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()  # (the second signal's cancel, handled here: the worker reports and exits)
     finally:
         stopper.uninstall()
     (info,) = await batch_queue(agent.persistence).list_batches(args.name)
     counts = ", ".join(f"{k}={v}" for k, v in sorted(info.counts.items()))
-    again = hint("we0nb", "batch", "work", args.agent, args.name, "--db", url)
+    db = _db_args(args, url)
+    again = hint("we0nb", "batch", "work", args.agent, args.name, *db)
     if info.unfinished == 0:
+        waiting = info.counts.get("approval", 0)
+        asks = (f"; {waiting} ended waiting for a person's approval: `{hint('we0nb', 'approvals', *db)}` "
+                "lists the calls" if waiting else "")
         say(f"batch {args.name}: complete, {info.items} items ({counts}); "
-            f"`{hint('we0nb', 'batch', 'show', args.name, '--db', url)}` shows it")
+            f"`{hint('we0nb', 'batch', 'show', args.name, *db)}` shows it{asks}")
         return 0
     say(f"batch {args.name}: {info.unfinished} of {info.items} items unfinished ({counts})")
     if stopper.signal is not None:
-        print(f"we0nb batch: stopped by {'Ctrl-C' if stopper.signal == signal.SIGINT else 'SIGTERM'}: "
-              f"nothing held; `{again}` continues it.", file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED if stopper.signal == signal.SIGINT else EXIT_TERMINATED
+        held = await _held_here(agent, args.name)
+        left = ("nothing held" if not held else
+                f"{held} item(s) still held by this process (taken over once their claims lapse)")
+        how = (f"stopped by {_signal_name(stopper.signal)}" if stopper.cancelled_by is None else
+               f"cancelled at once by a second {_signal_name(stopper.cancelled_by)}")
+        print(f"we0nb batch: {how}: {left}; `{again}` continues it.", file=sys.stderr, flush=True)
+        return stopper.exit_code()
     why = "--max-failures reached" if result.stopped == "max_failures" else f"stopped ({result.stopped})"
-    raise CliError(f"batch {args.name}: {why}; `{hint('we0nb', 'batch', 'show', args.name, '--db', url)}` "
+    raise CliError(f"batch {args.name}: {why}; `{hint('we0nb', 'batch', 'show', args.name, *db)}` "
                    f"lists the failures, `{again}` goes on.")
 
 
+async def _held_here(agent: Any, name: str) -> int:
+    """The batch's items the store says a worker of this process still holds (running, claimed)."""
+    from ..persistence.base import lease_owner
+    from ..persistence.batches import batch_queue
+
+    here = lease_owner("")  # (host:pid: — every owner this process's workers use starts so)
+    items = await batch_queue(agent.persistence).batch_items(name)
+    return sum(1 for it in items if it.status == "running" and (it.owner or "").startswith(here))
+
+
 async def cmd_run(args: argparse.Namespace, ctrl: CtrlC) -> int:
-    check_name(args.name, "--name", "batch names")
+    check_batch(args.name, "--name")
     prompts = read_prompts(args.prompts, args.column)  # (a bad file says so before the agent loads)
     async with _on_database(await load_agent(args.agent), args) as (agent, url):
         return await _work(agent, args, ctrl, safe_url(url), prompts)
 
 
 def _create_hint(args: argparse.Namespace, url: str) -> str:
-    return hint("we0nb", "batch", "run", args.agent, "--prompts", "FILE", "--name", args.name, "--db", url)
+    return hint("we0nb", "batch", "run", args.agent, "--prompts", "FILE", "--name", args.name, *_db_args(args, url))
 
 
 def _check_batch(args: argparse.Namespace) -> None:
@@ -161,7 +204,7 @@ def _check_batch(args: argparse.Namespace) -> None:
 
 
 async def cmd_work(args: argparse.Namespace, ctrl: CtrlC) -> int:
-    check_name(args.name, "NAME", "batch names")
+    check_name(args.name, "NAME", "batch names")  # (any existing batch may be joined)
     _check_batch(args)
     async with _on_database(await load_agent(args.agent), args) as (agent, url):
         try:

@@ -49,6 +49,18 @@ def check_session_id(session_id: object, where: str = "session_id", what: str = 
     return session_id
 
 
+def check_batch_name(name: object, where: str = "name") -> str:
+    """A batch's name: the rule of session ids, and no space at either end — typed again by hand on
+    another host (``we0nb batch work``), a stray space would name a second batch, all of whose
+    items run again."""
+    check_session_id(name, where, "batch names")
+    assert isinstance(name, str)
+    if name != name.strip():
+        raise ValueError(f"{where} {name!r} starts or ends with a space; batch names are typed again on every "
+                         f"worker: use {name.strip()!r}.")
+    return name
+
+
 @dataclass(frozen=True)
 class UserInput:
     """One user message to write at the start of a prompt run."""

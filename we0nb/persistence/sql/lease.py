@@ -191,7 +191,7 @@ class SqlLeases:
             return False  # released while its renewal was on the way: nothing was lost
         lease.mark_lost(taken_by)
         log.warning("the lease of session %r (%s) was taken over by %s", lease.session_id, lease.owner,
-                    taken_by or "nobody (it was released)")
+                    taken_by or "another run, which has released it since (no one holds it now)")
         return False
 
     async def release(self, lease: Lease) -> None:
