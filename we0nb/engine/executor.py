@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Optional
 
 from .._ids import now
 from ..messages import (ToolPart, ToolStateCompleted, ToolStateError, ToolStatePending, ToolStateRunning, ToolTime,
-                        assembled, put, snapshot)
+                        put, snapshot)
 from ..tools import (AnyToolDefinition, Reconciled, ToolContext, ToolError, ToolInputError, ToolOutputError,
                      ToolPolicy, ToolReturn, to_output)
 from . import inflight
@@ -202,10 +202,7 @@ class ToolExecutor:
                                           time=ToolTime(start=None, end=now()))
             else:
                 meta["attempt"] = attempts_of(tp) + 1
-                # (built as it is; its own metadata dict: ``meta`` goes on gathering the end state's)
-                running = assembled(ToolStateRunning, status="running", input=tp.state.input,
-                                    time=assembled(ToolTime, start=now(), end=None), metadata=dict(meta))
-                put(tp, "state", running)
+                put(tp, "state", ToolStateRunning(input=tp.state.input, time=ToolTime(start=now()), metadata=meta))
                 # durability point: the write-ahead, with the key and the attempt, before the tool runs
                 await state.writer.write_ahead(tp, wait=definition.policy.side_effects)
                 yield {"type": "tool", "part": state.snap(tp)}
@@ -341,9 +338,7 @@ def completed_state(inp: dict[str, Any], result: Any, meta: dict[str, Any], star
     if attachments:
         return ToolStateCompleted(input=inp, output=output, metadata=meta, time=ToolTime(start=start, end=now()),
                                   attachments=attachments)
-    # (built as it is: ``output`` is text, the rest the running state's; its own metadata dict)
-    return assembled(ToolStateCompleted, status="completed", input=inp, output=output, metadata=dict(meta),
-                     time=assembled(ToolTime, start=start, end=now()), attachments=[])
+    return ToolStateCompleted(input=inp, output=output, metadata=meta, time=ToolTime(start=start, end=now()))
 
 
 def _unstorable(metadata: Any) -> Optional[str]:

@@ -38,7 +38,6 @@ from ..messages import (
     ToolApproval,
     ToolPart,
     ToolStatePending,
-    assembled,
     snapshot,
 )
 from ..models.base import FinishEvent, ModelRequest, ReasoningEnd, ToolCallEvent
@@ -232,11 +231,9 @@ class StepProcessor:
         self._call_ids.add(call_id)
         name = clean(ev.name)
         part_id = state.ids("prt")
-        # (built as it is, not validated: the arguments were parsed above, the rest is the engine's)
-        pending = assembled(ToolStatePending, status="pending", input=inp, raw=raw,
-                            metadata={"idempotency_key": call_key(info.session_id, part_id)})
-        tp = assembled(ToolPart, id=part_id, session_id=info.session_id, message_id=info.id, type="tool",
-                       call_id=call_id, tool=name, state=pending, approval=None, approval_detail=None)
+        tp = ToolPart(id=part_id, session_id=info.session_id, message_id=info.id, call_id=call_id, tool=name,
+                      state=ToolStatePending(input=inp, raw=raw,
+                                             metadata={"idempotency_key": call_key(info.session_id, part_id)}))
         why = state.approval_reason(name, inp)
         if why is not None:
             tp.approval = "requested"

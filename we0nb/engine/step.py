@@ -35,16 +35,12 @@ async def run_step(state: "RunState", executor: "ToolExecutor",
     agent, writer, sid = state.agent, state.writer, state.session_id
     state.steps += 1
     t0 = now()
-    # (the step's own records are built as they are, not validated: every value is the engine's)
-    info = assembled(AssistantMessage, id=state.ids("msg"), session_id=sid, role="assistant",
-                     time=assembled(MessageTime, created=t0, completed=None), error=None,
-                     parent_id=state.parent_id(), model_id=agent.model.model_id, usage=Usage(), finish_reason=None,
-                     summary=False, cost=None)
+    info = AssistantMessage(id=state.ids("msg"), session_id=sid, time=MessageTime(created=t0),
+                            parent_id=state.parent_id(), model_id=agent.model.model_id)
     msg = assembled(MessageWithParts, info=info, parts=[])
     request = state.model_request()
     state.messages.append(msg)
-    start = assembled(StepStartPart, id=state.ids("prt"), session_id=sid, message_id=info.id, type="step-start",
-                      time=t0)
+    start = StepStartPart(id=state.ids("prt"), session_id=sid, message_id=info.id, time=t0)
     msg.parts.append(start)
     processor = StepProcessor(state, msg)
     # durability point: the unfinished message exists (committed with the previous step's end)
@@ -155,10 +151,10 @@ def _close_step(state: "RunState", msg: MessageWithParts, processor: StepProcess
     if has_tokens(info.usage):
         state.usage = state.usage + info.usage
     end = now()
-    sf = assembled(StepFinishPart, id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
-                   type="step-finish", reason=finish.reason, usage=finish.usage, time=end)
+    sf = StepFinishPart(id=state.ids("prt"), session_id=info.session_id, message_id=info.id,
+                        reason=finish.reason, usage=finish.usage, time=end)
     msg.parts.append(sf)
-    put(info, "time", assembled(MessageTime, created=info.time.created, completed=end))
+    put(info, "time", MessageTime(created=info.time.created, completed=end))
     put(info, "finish_reason", finish.reason)
     state.cost = add_cost(state.cost, info.cost)
     # the last call's end state is committed with the step's end: its event waits for it (a
