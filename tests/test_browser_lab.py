@@ -366,6 +366,38 @@ def test_the_tool_table_keeps_its_columns_as_calls_change(tmp_path, artifacts):
         assert f["idHeight"] <= 1.5 * f["idLine"], (k, f)  # the id on one line: never broken mid-token
 
 
+def test_a_long_badge_stays_inside_its_cell(tmp_path, artifacts):
+    """A probe saw "interrupted (resume)" run past its narrow status column over the duration
+    ("1.97 s" read "97 s"): a badge wraps inside its cell instead, with the stylesheet and with the
+    inline styles a sanitised (untrusted) output keeps."""
+    playwright = playwright_or_skip()
+    from we0nb.messages import ToolPart, ToolStateError, ToolTime
+    from we0nb.notebook.html import tool_table_html, wrap
+    from we0nb.notebook.styles import inline_styles
+
+    part = ToolPart(id="prt_1", session_id="ses_1", message_id="msg_1", call_id="call_1", tool="send_email",
+                    state=ToolStateError(input={"to": "a@example.com"}, error="Interrupted by resume.",
+                                         metadata={"interrupted": True, "reason": "resume", "in_doubt": True},
+                                         time=ToolTime(start=1.0, end=2.97)))
+    table = tool_table_html([part])
+    page_html = (f"<div id='styled' style='width:560px'>{wrap(table)}</div>"  # (stylesheet and inline styles)
+                 f"<div id='inline' style='width:560px'>{inline_styles(f'<div class={chr(39)}we0{chr(39)}>{table}</div>')}</div>")
+    with playwright.sync_playwright() as p:
+        browser = launch_browser(p)
+        try:
+            page = browser.new_page(viewport={"width": 800, "height": 800})
+            page.set_content(f"<!DOCTYPE html><html><body>{page_html}</body></html>")
+            spill = page.evaluate("""() => [...document.querySelectorAll('.we0-badge')].map(b => {
+                const cell = b.closest('td').getBoundingClientRect(), r = b.getBoundingClientRect();
+                return {text: b.textContent, over: Math.round(r.right - cell.right)};
+            })""")
+            page.screenshot(path=str(artifacts / "tool-table-long-badge.png"), full_page=True)
+        finally:
+            browser.close()
+    assert any(b["text"] == "interrupted (resume)" for b in spill), spill
+    assert all(b["over"] <= 0 for b in spill), spill
+
+
 BATCH_CELLS = [
     """import asyncio
 from we0nb import FunctionModel, We0Agent, text

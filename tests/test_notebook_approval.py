@@ -304,12 +304,15 @@ async def test_awaiting_approved_and_denied_read_with_the_weight_of_other_outcom
     # decided, not yet resumed: the decision shows as a badge next to the status
     html = decided_t._repr_html_()
     assert "we0-o-approved" in html and ">approved, edited<" in html and "a resume runs it" in html
+    # the corrected arguments are named before a resume runs them (the input column shows the model's)
+    fixed = esc(json.dumps({"amount": 5, "to": "fixed"}, ensure_ascii=False, sort_keys=True))
+    assert re.search(f"arguments corrected by a person to <span class='we0-mono'[^>]*>{re.escape(fixed)}</span>", html)
     assert "we0-o-denied" in html and f"denied: {esc(XSS)}" in html and "a resume tells the model" in html
     assert "<img" not in html
     # resumed: the denial is the call's final status, the approval a badge
     html = final_t._repr_html_()
     assert ">denied<" in html and "we0-s-denied" in html and ">approved, edited<" in html and ">approved<" in html
-    assert "arguments corrected by a person; the model asked for <span class='we0-mono'" in html
+    assert "; the model asked for <span class='we0-mono'" in html
     assert esc(json.dumps({"amount": 5, "to": XSS}, ensure_ascii=False, sort_keys=True)) in html
     # badges carry inline styles that survive sanitising, of the same size as the others
     from we0nb.notebook.styles import INLINE
@@ -366,3 +369,37 @@ async def test_an_edit_renews_its_box_only():
     await until(lambda: row.decision == "approved")
     t = await agent.transcript("ses_ap")
     assert t.messages[1].tool_parts[0].approval_detail.input == {"to": "x", "amount": 1}
+
+
+async def test_the_saved_text_of_the_panels_widgets_follows_a_run_that_ends_by_itself(monkeypatch):
+    """Where widgets cannot render (a saved notebook opened elsewhere, untrusted) the panel's
+    output shows its text/plain: it must say how the run ended once it ends — also when no later
+    cell awaits the run — and in every display of the panel, not only the last."""
+    import IPython.display
+
+    from we0nb.notebook import panel as panel_module
+
+    shown: list[Handle] = []
+
+    class WidgetHandle(Handle):
+        def update(self, bundle, raw=False):
+            self.bundles.append(bundle)
+
+    def display(bundle, raw=False, display_id=None):
+        shown.append(WidgetHandle())
+        shown[-1].bundles.append(bundle)
+        return shown[-1]
+
+    monkeypatch.setattr(panel_module, "_in_kernel", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", display)
+    agent = We0Agent(ScriptedModel([[text("A long answer.")]], delay=0.01))
+    panel = RunPanel(agent, session_id="ses_saved", display=lambda b: Handle())
+    panel._ipython_display_()
+    panel._ipython_display_()  # (displayed twice: both outputs are saved)
+    widgets = [h for h in shown if "status:" in h.bundles[0].get("text/plain", "")]
+    assert len(widgets) == 2
+    panel.start("Write a long answer")
+    await until(lambda: panel._task is not None and panel._task.done())
+    await asyncio.sleep(0)
+    for h in widgets:
+        assert h.bundles[-1]["text/plain"].startswith("status: finished · session ses_saved"), h.bundles[-1]

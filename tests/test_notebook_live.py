@@ -295,3 +295,14 @@ async def test_a_running_calls_progress_is_shown_in_its_row_coalesced():
     assert updates_while_running < 40, updates_while_running
     final = handle.last["text/html"]
     assert "we0-progress-note" not in final  # a finished call's row shows its output instead
+
+
+async def test_the_header_counts_one_delta_in_the_singular():
+    handle = CountingHandle()
+    await show(We0Agent(ScriptedModel([[text("x")]])).stream(session_id="ses_1d", messages=[user_message("go")]),
+               handle=handle)
+    assert ">1 delta<" in handle.last["text/html"], handle.last["text/html"]
+    handle = CountingHandle()
+    await show(We0Agent(ScriptedModel([[text(["a", "b"])]])).stream(session_id="ses_2d",
+                                                                    messages=[user_message("go")]), handle=handle)
+    assert ">2 deltas<" in handle.last["text/html"]

@@ -86,6 +86,8 @@ async def test_a_new_panel_resumes_from_the_stored_turn():
     panel = RunPanel(agent, session_id="s", display=display)  # (a new kernel on the same store)
     await until(lambda: panel.status == "needs resume")
     assert "PARTIAL-TEXT" in panel.view.text(final=True)  # the turn is taken in before any run
+    # the view's badge says what the status line says (it said a grey "idle")
+    assert re.search(r"we0-s-unfinished[^>]*>needs resume<", panel.view.html(final=True))
     panel.resume()
     assert (await panel.wait()).text == "final"
     plain = handles[0].bundles[-1]["text/plain"]

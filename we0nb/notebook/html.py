@@ -126,8 +126,10 @@ def _approval_note(part: Any) -> str:
             bits.append("a resume tells the model")
     elif approval == "approved":
         if detail.input is not None:
-            bits.append(f"arguments corrected by a person; the model asked for "
-                        f"<span class='we0-mono'>{esc(to_json(detail.original_input))}</span>")
+            # (the corrected arguments named here too: until a resume runs them, the input column
+            # still shows what the model asked for)
+            bits.append(f"arguments corrected by a person to <span class='we0-mono'>{esc(to_json(detail.input))}</span>"
+                        f"; the model asked for <span class='we0-mono'>{esc(to_json(detail.original_input))}</span>")
         if part.state.status == "pending":
             bits.append("a resume runs it")
     return f"<div class='we0-note'>{' · '.join(bits)}</div>" if bits else ""

@@ -37,6 +37,8 @@ Bundle = dict[str, str]
 
 #: the view's status label when its run ended with calls waiting for a person's decision
 APPROVAL_LABEL = "awaiting approval"
+#: the badge's words where they are not the status itself (a stored turn a resume continues: unfinished)
+_BADGE_LABELS = {"approval": APPROVAL_LABEL, "unfinished": "needs resume"}
 
 
 def approval_sentence(n: int) -> str:
@@ -83,6 +85,11 @@ class _IPyHandle:
 
     def update(self, bundle: Bundle) -> None:
         self._handle.update(bundle, raw=True)
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 delta``, ``2,048 deltas``."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _in_kernel() -> bool:
@@ -388,7 +395,7 @@ class LiveView:
         self.refresh()
 
     def _head_html(self) -> str:
-        bits = [H.status_badge(self.status, APPROVAL_LABEL if self.status == "approval" else None)]
+        bits = [H.status_badge(self.status, _BADGE_LABELS.get(self.status))]
         if self.title:
             bits.append(f"<span class='we0-title'>{H.esc(self.title)}</span>")
         if self.session_id:
@@ -399,7 +406,7 @@ class LiveView:
         if el is not None:
             bits.append(f"<span class='we0-muted'>{el:.1f} s</span>")
         if self.delta_count:
-            bits.append(f"<span class='we0-muted'>{self.delta_count:,} deltas</span>")
+            bits.append(f"<span class='we0-muted'>{_count(self.delta_count, 'delta')}</span>")
         if self.model_calls and self.cost is not None:  # (unknown: nothing to show; the log said why)
             bits.append(f"<span class='we0-muted' title='the cost of the model calls shown'>cost "
                         f"{H.esc(format_cost(self.cost))}</span>")
@@ -446,7 +453,7 @@ class LiveView:
             head += f" session={self.session_id}"
         if not final:
             chars = sum(len(p.text) for t in self.turns for p in t.parts if getattr(p, "type", "") == "text")
-            return visible(f"{head} — {self.delta_count} deltas, {chars} chars so far")
+            return visible(f"{head} — {_count(self.delta_count, 'delta')}, {_count(chars, 'char')} so far")
         # (each line made visible once: message_text's lines are already — the whole transcript's
         # text is not searched again)
         lines = [visible(head)]

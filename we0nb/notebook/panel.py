@@ -85,7 +85,9 @@ class RunPanel:
         self._abort_event: Optional[asyncio.Event] = None
         self._abort_flag = threading.Event()
         self._displayed = False
-        self._widget_handle: Any = None
+        #: the display handles of the widgets (one per display of the panel): each output's
+        #: text/plain — what a saved notebook shows where widgets cannot render — follows the status
+        self._widget_handles: list[Any] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread: Optional[int] = None
         self._superseded = False
@@ -148,7 +150,7 @@ class RunPanel:
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        self._widget_handle = display(self._widget_bundle(), raw=True, display_id=True)
+        self._widget_handles.append(display(self._widget_bundle(), raw=True, display_id=True))
         handle = self.view.handle
         if handle is None:
             self.view.open()
@@ -161,7 +163,7 @@ class RunPanel:
         if _in_kernel():
             from IPython.display import display
 
-            self._widget_handle = display(self._widget_bundle(), raw=True, display_id=True)
+            self._widget_handles.append(display(self._widget_bundle(), raw=True, display_id=True))
         self._displayed = True
 
     def _display_once(self) -> None:
@@ -204,6 +206,8 @@ class RunPanel:
                                        or status not in ("aborted", "needs resume", "failed"))
         line = self.status_text().split("\n", 1)[0]
         self.status_label.value = f"<span style='white-space:normal'>{esc(line)}</span>"
+        if self._on_loop_thread():  # (a click's thread has no cell to send to: the loop's next status does)
+            self._update_fallbacks()  # a run that ends by itself too: saved, the text says how it ended
 
     async def check(self) -> str:
         """Look at the persisted session: 'needs resume' when its last turn is not over,
@@ -220,7 +224,9 @@ class RunPanel:
                 self._await_decisions(t.pending_approvals)
             elif t.needs_resume:
                 # the turn a resume continues (the user's message, what the cut reply holds); not
-                # displayed from here before the panel is: its first display shows it
+                # displayed from here before the panel is: its first display shows it. Its badge
+                # says what the status line says: needs resume (it said a grey "idle")
+                self.view.status = "unfinished"
                 self.view.show_turn(t.messages, flush=self.view.handle is not None)
                 self._set_status("needs resume", "the last turn did not finish")
         return self.status
@@ -455,8 +461,14 @@ class RunPanel:
             except Exception:  # no kernel comm (tests without a front end)
                 pass
         self.approvals.send_state()
-        if self._widget_handle is not None:
-            self._widget_handle.update(self._widget_bundle(), raw=True)
+        self._update_fallbacks()
+
+    def _update_fallbacks(self) -> None:
+        """Each display of the widgets again, with the status line as its plain text."""
+        if self._widget_handles:
+            bundle = self._widget_bundle()
+            for handle in self._widget_handles:
+                handle.update(bundle, raw=True)
 
     @property
     def running(self) -> bool:

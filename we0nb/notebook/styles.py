@@ -42,7 +42,7 @@ text-align:left;vertical-align:top}
 .we0 table.we0-tools td.we0-io{white-space:pre-wrap;overflow-wrap:anywhere}
 .we0 table.we0-kv td{padding:.05em .6em .05em 0;vertical-align:top}
 .we0 .we0-badge{display:inline-block;padding:0 .45em;border-radius:.7em;font-size:var(--jp-ui-font-size0,11px);
-font-weight:600;color:#fff;background:var(--jp-ui-font-color3,#9e9e9e);white-space:nowrap}
+font-weight:600;color:#fff;background:var(--jp-ui-font-color3,#9e9e9e);max-width:100%;overflow-wrap:anywhere}
 .we0 .we0-s-pending{background:var(--jp-ui-font-color3,#9e9e9e)}
 .we0 .we0-s-running{background:var(--jp-brand-color1,#1976d2)}
 .we0 .we0-s-completed,.we0 .we0-s-finished,.we0 .we0-s-stop{background:var(--jp-success-color1,#388e3c)}
@@ -88,7 +88,7 @@ INLINE = {
     "we0-io": "white-space:pre-wrap;overflow-wrap:anywhere",
     "we0-kv": "border-collapse:collapse",
     "we0-badge": "display:inline-block;padding:0 6px;margin:1px 2px 1px 0;border-radius:8px;font-size:11px;"
-                 "font-weight:600;color:#ffffff;background-color:#9e9e9e;white-space:nowrap",
+                 "font-weight:600;color:#ffffff;background-color:#9e9e9e;max-width:100%;overflow-wrap:anywhere",
     "we0-s-running": "background-color:#1976d2",
     "we0-s-completed": "background-color:#388e3c",
     "we0-s-finished": "background-color:#388e3c",
