@@ -212,19 +212,25 @@ async def test_the_signal_that_ended_a_worker_gives_its_exit_code() -> None:
         assert stopper.exit_code() == code, (first, second)
 
 
-def test_a_second_sigterm_cancels_at_once_and_still_exits_143(tmp_path) -> None:
-    # a scheduler that sends SIGTERM twice: the worker is cancelled at once, and says so — not "Ctrl-C", not 130
+def worker_inside_a_call(tmp_path: Path, name: str) -> tuple[str, subprocess.Popen, Ledger]:
+    """A `batch run` worker on 16 items (4 at a time), once it is inside an item's tool call."""
     prompts = write_inputs(tmp_path, 16)
-    db = f"sqlite:///{tmp_path / 'd.db'}"
+    db = f"sqlite:///{tmp_path / (name + '.db')}"
     ledger = Ledger(tmp_path / "ledger.jsonl")
     proc = subprocess.Popen([sys.executable, "-m", "we0nb.cli", "batch", "run", "workagent:agent", "--prompts",
-                             str(prompts), "--name", "d", "--db", db, "--concurrency", "4", "--no-progress"],
+                             str(prompts), "--name", name, "--db", db, "--concurrency", "4", "--no-progress"],
                             cwd=tmp_path, env=env_for(tmp_path, DELAY="0.1", TOOL_DELAY="0.3"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not ledger.lines():
+    while not ledger.lines():  # inside an item's tool call
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.01)
+    return db, proc, ledger
+
+
+def test_a_second_sigterm_cancels_at_once_and_still_exits_143(tmp_path) -> None:
+    # a scheduler that sends SIGTERM twice: the worker is cancelled at once, and says so — not "Ctrl-C", not 130
+    db, proc, _ = worker_inside_a_call(tmp_path, "d")
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.005)
     proc.send_signal(signal.SIGTERM)
@@ -240,17 +246,7 @@ def test_a_second_sigterm_cancels_at_once_and_still_exits_143(tmp_path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_gives_back_what_the_worker_holds_and_work_finishes_it(tmp_path, sig) -> None:
-    prompts = write_inputs(tmp_path, 16)
-    db = f"sqlite:///{tmp_path / 's.db'}"
-    ledger = Ledger(tmp_path / "ledger.jsonl")
-    proc = subprocess.Popen([sys.executable, "-m", "we0nb.cli", "batch", "run", "workagent:agent", "--prompts",
-                             str(prompts), "--name", "s", "--db", db, "--concurrency", "4", "--no-progress"],
-                            cwd=tmp_path, env=env_for(tmp_path, DELAY="0.1", TOOL_DELAY="0.3"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not ledger.lines():  # inside an item's tool call
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.01)
+    db, proc, ledger = worker_inside_a_call(tmp_path, "s")
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == (143 if sig == signal.SIGTERM else 130), (out, err)
