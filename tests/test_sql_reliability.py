@@ -338,3 +338,14 @@ def test_a_database_that_cannot_be_reached_is_one_error_and_no_warning(url, tmp_
         with pytest.raises(PersistenceError, match="Cannot (open|reach) the"):
             asyncio.run(agent.invoke(messages=[user_message("hi")]))
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_locked_database_says_what_to_do_from_a_terminal_and_from_python() -> None:
+    import sqlite3
+
+    from we0nb.persistence.sql.errors import wrap
+
+    said = str(wrap(sqlite3.OperationalError("database is locked"), "sqlite:///x.db"))
+    assert "stayed locked by another connection" in said
+    # a command-line user cannot pass busy_timeout=: waiting for the other writer is what they can do
+    assert "Try again once the other writer is done; from Python, a longer wait is SqlPersistence(busy_timeout=...)" in said

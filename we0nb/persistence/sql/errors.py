@@ -81,7 +81,8 @@ def _advice(e: BaseException, where: str) -> str:
                 "Free some space and try again; what was committed before is intact.")
     if is_busy(e):
         return (f"The database {where} stayed locked by another connection for longer than busy_timeout "
-                f"({text}). Try again, or raise SqlPersistence(busy_timeout=...).")
+                f"({text}). Try again once the other writer is done; from Python, a longer wait is "
+                "SqlPersistence(busy_timeout=...).")
     if code.startswith("SQLITE_CANTOPEN") or "unable to open database" in low:
         return (f"Cannot open the database {where} ({text}): the path must be a file (or a place for one) "
                 "in a folder you can read and write.")
