@@ -63,8 +63,7 @@ class Stopper:
         if self.signal is None:
             self.signal = sig
             self.stop.set()
-            name = "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
-            sys.stderr.write(f"\n{name}: stopping; the items this worker holds go back to the batch "
+            sys.stderr.write(f"\n{_signal_name(sig)}: stopping; the items this worker holds go back to the batch "
                              "(another signal cancels at once)\n")
             sys.stderr.flush()
         elif self._task is not None and self.cancelled_by is None:
@@ -78,6 +77,7 @@ class Stopper:
 
 
 def _signal_name(sig: Optional[int]) -> str:
+    """The two signals a worker handles, as its lines name them."""
     return "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
 
 

@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Optional, Sequence
 from .._ids import now
 from ..errors import CompactionError, ContextWindowExceeded, ModelError
 from ..messages import AssistantMessage, CompactionPart, MessageTime, MessageWithParts, Usage, assembled, snapshot
-from ..models.base import AssistantTurn, FinishEvent, ModelMessage, ModelRequest, TextDelta, ToolResult, UserTurn
+from ..models.base import (OWN_PROVIDER, AssistantTurn, FinishEvent, ModelMessage, ModelRequest, TextDelta, ToolResult,
+                           UserTurn)
 from ..models.pricing import add_cost, call_cost
 from ..persistence.base import Write
 from .abort import Aborted
@@ -213,7 +214,7 @@ class Compactor:
         if first:
             # (the package's test doubles have no server: their scripts say what a call used)
             advice = ("Give its steps usage(...) to drive compaction by tokens."
-                      if getattr(model, "provider_name", None) == "we0nb"
+                      if getattr(model, "provider_name", None) == OWN_PROVIDER
                       else "If its server can send usage in streams, turn it on.")
             log.warning("%s reports no token usage, so compaction estimates the context from the text "
                         "(4 characters a token). %s", getattr(model, "model_id", type(model).__name__), advice)

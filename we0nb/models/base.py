@@ -176,6 +176,11 @@ class FinishEvent:
 ModelEvent = Union[TextDelta, ReasoningDelta, ReasoningEnd, ToolCallEvent, FinishEvent]
 
 
+#: the provider name of a model that names none: the package's offline test models (no server,
+#: no price to look up)
+OWN_PROVIDER = "we0nb"
+
+
 @dataclass(frozen=True)
 class ModelPrice:
     """A price given to a model by its user: USD per million input tokens and per million
@@ -225,7 +230,7 @@ class Model(abc.ABC):
     #: that cannot (a plain completion endpoint without tools or JSON) sets it False
     structured_output: bool = True
     # set through _set_pricing() from a model's provider= and price= keywords
-    _provider: str = "we0nb"
+    _provider: str = OWN_PROVIDER
     _price: Optional[ModelPrice] = None
 
     @property

@@ -35,6 +35,7 @@ import threading
 from typing import Any, Optional
 
 from ..messages import Usage
+from .base import OWN_PROVIDER
 
 __all__ = ["call_cost", "add_cost", "format_cost", "needs_lookup", "prefetch", "wait_prefetched", "PROVIDER_IDS"]
 
@@ -54,9 +55,6 @@ PROVIDER_IDS = {
     "moonshot_ai": "moonshotai",
 }
 
-#: the provider of the offline test models: nothing to look up
-_UNPRICED = "we0nb"
-
 _lock = threading.Lock()
 _prefetching: Optional[threading.Thread] = None
 #: (provider, model) pairs whose lookup failed, already logged
@@ -65,7 +63,7 @@ _warned: set[tuple[str, str]] = set()
 
 def needs_lookup(model: Any) -> bool:
     """Whether ``model``'s calls are priced from the ``genai-prices`` data."""
-    return getattr(model, "price", None) is None and getattr(model, "provider_name", _UNPRICED) != _UNPRICED
+    return getattr(model, "price", None) is None and getattr(model, "provider_name", OWN_PROVIDER) != OWN_PROVIDER
 
 
 def prefetch(model: Any) -> None:
@@ -108,8 +106,8 @@ def call_cost(model: Any, usage: Optional[Usage], when: Optional[float] = None) 
     price = getattr(model, "price", None)
     if price is not None:
         return (usage.input_tokens * price.input_mtok + usage.output_tokens * price.output_mtok) / 1e6
-    provider = getattr(model, "provider_name", _UNPRICED)
-    if provider == _UNPRICED:
+    provider = getattr(model, "provider_name", OWN_PROVIDER)
+    if provider == OWN_PROVIDER:
         return None
     name = str(getattr(model, "request_model", None) or getattr(model, "model_id", ""))
     try:
