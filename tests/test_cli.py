@@ -249,6 +249,8 @@ def test_lab_copies_the_shipped_tutorials_to_the_folder_named(tmp_path, capsys, 
     shipped.mkdir(parents=True)
     for f in (ROOT / "notebooks").glob("*.ipynb"):
         (shipped / f.name).write_bytes(f.read_bytes())
+    (shipped / "data").mkdir()
+    (shipped / "data" / "local-recording.db").write_bytes(b"recorded")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(lab, "notebooks_dir", lambda: None)
     monkeypatch.setattr(lab, "shipped_tutorials", lambda: shipped)
@@ -263,17 +265,31 @@ def test_lab_copies_the_shipped_tutorials_to_the_folder_named(tmp_path, capsys, 
     code, out, err = cli(capsys, "lab", "--dir", str(mine))
     assert code == 0, err
     n = len(list(shipped.glob("*.ipynb")))
-    assert f"Copied {n - 1} tutorial files to {mine}." in out and f"jupyter lab {mine}" in out
+    assert f"Copied {n - 1 + 1} tutorial files to {mine}." in out and f"jupyter lab {mine}" in out
     assert (mine / "01-quickstart.ipynb").read_text() == "my edits"
+    assert (mine / "data" / "local-recording.db").read_bytes() == b"recorded"  # tutorial 10 replays it
     assert sorted(p.name for p in mine.glob("*.ipynb")) == sorted(p.name for p in shipped.glob("*.ipynb"))
 
 
 def test_the_wheel_ships_every_tutorial():
     """pyproject's data-files put notebooks/*.ipynb in the wheel (share/we0nb/notebooks), where
-    `we0nb lab` finds them."""
+    `we0nb lab` finds them, and the data a tutorial reads (share/we0nb/notebooks/data)."""
+    from we0nb.cli.lab import TUTORIAL_DATA
+
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    shipped = meta["tool"]["setuptools"]["data-files"]["share/we0nb/notebooks"]
-    assert "notebooks/*.ipynb" in shipped
+    files = meta["tool"]["setuptools"]["data-files"]
+    assert "notebooks/*.ipynb" in files["share/we0nb/notebooks"]
+    for name in TUTORIAL_DATA:
+        assert (ROOT / "notebooks" / name).is_file()
+        folder = "share/we0nb/notebooks/" + name.rpartition("/")[0]
+        assert f"notebooks/{name}" in files[folder]
+
+
+def test_lab_without_jupyterlab_says_so_and_copies_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "jupyterlab", None)  # (import jupyterlab then fails)
+    mine = tmp_path / "mine"
+    code, out, err = cli(capsys, "lab", "--dir", str(mine))
+    assert code == 1 and "pip install jupyterlab" in err and not mine.exists()
 
 
 BLOCK_PSYCOPG = """

@@ -53,14 +53,22 @@ def shipped_tutorials() -> Optional[Path]:
     return None
 
 
+#: what a tutorial reads besides the notebooks (tutorial 10 replays a recorded session)
+TUTORIAL_DATA = ("data/local-recording.db",)
+
+
 def copy_tutorials(source: Path, target: Path) -> int:
-    """Copy the tutorials (and their README) from ``source`` into ``target``; a file already there is
-    kept (the reader's edits). How many files were copied."""
+    """Copy the tutorials (their README and the data they read) from ``source`` into ``target``; a
+    file already there is kept (the reader's edits). How many files were copied."""
     target.mkdir(parents=True, exist_ok=True)
+    files = [f for f in sorted(source.iterdir()) if f.suffix == ".ipynb" or f.name == "README.md"]
+    files += [source / name for name in TUTORIAL_DATA if (source / name).is_file()]
     copied = 0
-    for f in sorted(source.iterdir()):
-        if (f.suffix == ".ipynb" or f.name == "README.md") and not (target / f.name).exists():
-            shutil.copyfile(f, target / f.name)
+    for f in files:
+        dest = target / f.relative_to(source)
+        if not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dest)
             copied += 1
     return copied
 
@@ -97,16 +105,17 @@ def _where(args: argparse.Namespace) -> Path:
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
+    if not args.dry_run:  # (before anything is copied: nothing would open it)
+        try:
+            import jupyterlab  # noqa: F401
+        except ImportError:
+            raise CliError('JupyterLab is not installed: pip install jupyterlab (we0nb itself brings the kernel, '
+                           'ipywidgets, pandas and matplotlib).') from None
     where = _where(args)
     cmd = lab_command(where, list(args.jupyter_args))
     if args.dry_run:
         say(hint(*cmd))
         return 0
-    try:
-        import jupyterlab  # noqa: F401
-    except ImportError:
-        raise CliError('JupyterLab is not installed: pip install jupyterlab (we0nb itself brings the kernel, '
-                       'ipywidgets, pandas and matplotlib).') from None
     try:
         return subprocess.call(cmd)
     except KeyboardInterrupt:
