@@ -43,17 +43,30 @@ def send_email(to: str, body: str) -> str:
 
 demo = We0Agent(ScriptedModel([
     [reasoning("The user wants a summary, then an email. Search first."),
-     text("Let me search the docs. " + XSS), tool_call("search_docs", {"query": "resume"}),
+     text("Let me search the docs."), tool_call("search_docs", {"query": "resume"}),
      tool_call("send_email", {"to": "team@example.com", "body": "<b>summary</b>"})],
     [text("Found 3 pages and emailed the team. Resume never runs a side effect twice.")],
 ], delay=0.01), tools=[search_docs, send_email])""",
     """result = await we0nb.show(demo, "Summarise the resume docs and email the team", session_id="ses_live")""",
     """agent = We0Agent(ScriptedModel([
-    [text("Working on it: " + XSS + " "), text([f"chunk{i} " for i in range(6000)])],
+    [text("Working on it: "), text([f"chunk{i} " for i in range(6000)])],
     [text("Resumed: all done.")],
 ], delay=0.02))
 panel = RunPanel(agent, session_id="ses_panel", title="long answer")
 panel.start("Write a long answer")""",
+    # model, tool and user text that would inject HTML, through the live view and a panel (the
+    # cells above stay clean: their screenshots are the README's images)
+    """@tool(side_effects=False)
+def echo(x: str) -> str:
+    return x
+
+def probe():
+    return We0Agent(ScriptedModel([[text("probe " + XSS), tool_call("echo", {"x": XSS})],
+                                   [text("probe end " + XSS)]]), tools=[echo])
+
+await we0nb.show(probe(), XSS, session_id="ses_probe")
+probe_panel = RunPanel(probe(), session_id="ses_probe_panel", title=XSS)
+probe_panel.start(XSS)""",
 ]
 
 
@@ -87,7 +100,8 @@ def _open_and_run(page, lab: Lab, attempt: int) -> None:
                     .some(e => e.innerText.includes('most recent call last'))) return 'error';
             const ready = document.querySelector(".we0-live .we0-head[data-status='finished']")
                 && document.querySelector("button.we0-abort:not([disabled])")
-                && [...document.querySelectorAll('.we0-live')].some(e => e.innerText.includes('chunk40 '));
+                && [...document.querySelectorAll('.we0-live')].some(e => e.innerText.includes('chunk40 '))
+                && [...document.querySelectorAll('.we0-live')].filter(e => e.innerText.includes('probe end ')).length >= 2;
             return ready ? 'ready' : null;
         }""", timeout=120_000).json_value()
         if state == "ready":
@@ -119,23 +133,24 @@ def test_jupyterlab_abort_resume_and_no_xss(tmp_path, artifacts):
         assert "search_docs" in live_text and "send_email" in live_text
         assert "completed" in live_text
         assert "Resume never runs a side effect twice." in live_text
+        assert "<resume>" in live_text and '"<b>summary</b>"' in live_text  # tool text shown as text
 
         # Abort while it streams
-        page.click("button.we0-abort")
-        page.wait_for_selector(".we0-status:has-text('aborted')", timeout=60_000)
-        page.wait_for_selector("button.we0-resume:not([disabled])", timeout=60_000)
-        page.wait_for_selector(".we0-live .we0-head[data-status='aborted']", timeout=60_000)
         panel_cell = cells.nth(2)
+        panel_cell.locator("button.we0-abort").click()
+        panel_cell.locator(".we0-status:has-text('aborted')").wait_for(timeout=60_000)
+        panel_cell.locator("button.we0-resume:not([disabled])").wait_for(timeout=60_000)
+        panel_cell.locator(".we0-live .we0-head[data-status='aborted']").wait_for(timeout=60_000)
         panel_cell.scroll_into_view_if_needed()
         panel_cell.screenshot(path=str(artifacts / "panel-aborted.png"))
-        assert page.locator("button.we0-abort[disabled]").count() == 1
+        assert panel_cell.locator("button.we0-abort[disabled]").count() == 1
 
         # Resume: the finished transcript
-        page.click("button.we0-resume")
-        page.wait_for_selector(".we0-status:has-text('finished')", timeout=120_000)
+        panel_cell.locator("button.we0-resume").click()
+        panel_cell.locator(".we0-status:has-text('finished')").wait_for(timeout=120_000)
         page.wait_for_function("""() => [...document.querySelectorAll('.we0-live')]
             .some(e => e.innerText.includes('Resumed: all done.'))""", timeout=120_000)
-        page.wait_for_selector(".we0-live .we0-head[data-status='finished'] >> nth=1", timeout=60_000)
+        panel_cell.locator(".we0-live .we0-head[data-status='finished']").wait_for(timeout=60_000)
         panel_text = panel_cell.locator(".we0-live").inner_text()
         assert "UnfinishedAssistantMessage" in panel_text
         assert "chunk0 chunk1" in panel_text
@@ -143,8 +158,13 @@ def test_jupyterlab_abort_resume_and_no_xss(tmp_path, artifacts):
         dismiss_toasts(page)
         panel_cell.locator(".jp-Cell-outputWrapper").screenshot(path=str(artifacts / "panel-finished.png"))
 
-        # XSS: model and tool text shows as text, nothing was injected
-        assert XSS in live_text and XSS in panel_text
+        # XSS: model, tool and user text shows as text, nothing was injected
+        probe_cell = cells.nth(3)
+        probe_views = probe_cell.locator(".we0-live")
+        assert probe_views.count() == 2  # the live view, the panel's
+        for i in range(2):
+            probe_text = probe_views.nth(i).inner_text()
+            assert probe_text.count(XSS) >= 4, probe_text  # the prompt, the text, the call's input and output
         assert page.evaluate("() => window.__pwned") is None
         assert page.locator(".jp-OutputArea img[src='x']").count() == 0
         page.screenshot(path=str(artifacts / "notebook.png"), full_page=True)
