@@ -52,7 +52,7 @@ class ForkBox:
         self.click_threads: list[str] = []
         self._tasks: set[asyncio.Task] = set()
         fixed = W.Layout(width="auto", flex="0 0 auto")
-        self.picker = W.Dropdown(options=[], description="message", layout=W.Layout(width="22em", flex="0 1 auto"))
+        self.picker = W.Dropdown(options=[], description="message", layout=W.Layout(width="34em", flex="0 1 auto"))
         self.fork_button = W.Button(description="Fork here", icon="code-fork", layout=fixed, disabled=True,
                                     tooltip="Copy the session up to the chosen message into a new session "
                                             "(nothing runs); go on there with any agent")
