@@ -260,6 +260,32 @@ async def test_a_panel_rebuilt_on_the_store_finds_the_awaiting_calls(tmp_path):
         await store.close()
 
 
+async def test_a_decision_right_after_the_panel_is_made_shows_the_turn_in_order():
+    """approval.md's cell: a panel made on a stored session, and a decision at once (before the
+    panel's own look at the store had ended). The user's message came after the decided call's."""
+    ran = []
+    agent = make_agent(ran, steps=[[tool_call("pay", {"to": "ACME", "amount": 80})], [text("Paid.")]])
+    await agent.invoke(session_id="ses_now", messages=[user_message("pay ACME")])
+    panel, _ = panel_for(agent, "ses_now")
+    waiting = await agent.pending_approvals("ses_now")
+    await panel.approve(waiting[0].call_id)
+    result = await asyncio.wait_for(panel.wait(decisions=True), 20)
+    assert result.result == "stop" and panel.status == "finished" and ran == [("ACME", 80)]
+    assert [t.info.role for t in panel.view.turns] == ["user", "assistant", "assistant"]
+    assert panel.view.bundle(final=True)["text/plain"].splitlines()[1] == "[user] pay ACME"
+
+
+async def test_a_resume_right_after_the_panel_is_made_shows_the_turn_once_in_order():
+    agent = make_agent([], steps=[[text("Paying both."), tool_call("pay", {"to": "bob", "amount": 6})],
+                                  [text("Done.")]])
+    await agent.invoke(session_id="ses_now2", messages=[user_message("pay bob")])
+    panel, _ = panel_for(agent, "ses_now2")
+    panel.resume()  # (calls await a decision: nothing runs, the rows show)
+    assert await panel.wait() is None and panel.status == "awaiting approval"
+    assert [t.info.role for t in panel.view.turns] == ["user", "assistant"]
+    assert len(panel.approvals.rows) == 1
+
+
 async def test_wait_for_decisions_keeps_waiting_through_a_second_request():
     ran = []
     agent = make_agent(ran, steps=[[tool_call("pay", {"to": "a", "amount": 1})],

@@ -321,6 +321,7 @@ class ApprovalBox:
         panel = self.panel
         if panel.session_id is None:
             raise ValueError("RunPanel has no session: nothing awaits a decision.")
+        await panel._looked()
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:

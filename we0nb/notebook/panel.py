@@ -107,6 +107,8 @@ class RunPanel:
             self._bind_loop(asyncio.get_running_loop())
         except RuntimeError:
             pass
+        #: the look at the stored session the panel began with (see :meth:`_looked`)
+        self._check_task: Optional[asyncio.Task] = None
         if check and session_id is not None and self._loop is not None:
             self._check_task = self._loop.create_task(self.check())
             self._check_task.add_done_callback(self._checked)
@@ -134,6 +136,13 @@ class RunPanel:
         self.widget.add_class("we0-panel")
         self.abort_button.on_click(self._on_abort_click)
         self.resume_button.on_click(self._on_resume_click)
+
+    async def _looked(self) -> None:
+        """Wait for the look at the stored session this panel began with (its turn, its rows): a
+        decision or a run that came first would show its message before the user's that led to it."""
+        task = self._check_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            await asyncio.wait([task])  # (its failure is the status line's: see _checked)
 
     def _checked(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None and self.status == "idle":
@@ -358,6 +367,7 @@ class RunPanel:
         return True
 
     async def _run(self, request: Any, mode: str, before: list) -> Any:
+        await self._looked()
         if before:
             await asyncio.wait(before)
             self._set_status("running")
