@@ -411,3 +411,20 @@ def test_a_file_that_is_not_a_database_is_explained_in_the_command_lines_words(t
         assert code == 1, (args, out, err)
         assert "not a we0nb database" in err and "another --db" in err, err
         assert "SqlPersistence" not in err and "Traceback" not in err, err
+
+
+def test_a_table_named_like_ours_but_not_ours_is_said_so(tmp_path, capsys, monkeypatch):
+    """A database with a we0_sessions of another program: the reading commands say so (they said it
+    had no we0nb tables), and a writing command refuses it (the first read failed on a missing column)."""
+    import sqlite3
+
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "other.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE we0_sessions (x INTEGER)")
+    url = f"sqlite:///{db}"
+    code, out, err = cli(capsys, "sessions", "--db", url)
+    assert code == 1 and "has a table named we0_sessions that we0nb did not make" in err, err
+    code, out, err = cli(capsys, "demo", "--db", url)
+    assert code == 1 and "already has a table named we0_sessions that we0nb did not make" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

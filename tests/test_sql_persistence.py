@@ -297,6 +297,18 @@ async def test_newer_schema_version_is_refused(sql: Backend) -> None:
         await asyncio.to_thread(sql.fresh().sync_engine)
 
 
+async def test_a_table_of_another_program_under_our_name_is_refused_and_nothing_is_created(sql: Backend) -> None:
+    """A database with a ``we0_sessions`` of its own: creating "if not exists" left it, and the first
+    read failed with "no such column: we0_sessions.id". Now refused at once, twice alike (nothing made)."""
+    assert sql.raw is not None
+    sql.raw("CREATE TABLE we0_sessions (x INTEGER)")
+    for _ in range(2):
+        with pytest.raises(PersistenceError, match="already has a table named we0_sessions that we0nb did not make"):
+            await sql.fresh().list_sessions()
+    with pytest.raises(PersistenceError, match="we0_sessions that we0nb did not make"):
+        await asyncio.to_thread(sql.fresh().sync_engine)
+
+
 async def test_lease_takeover_rules(sql: Backend) -> None:
     """Dead local owner: taken at once. Remote owner: busy until it expires."""
     p = sql.fresh()

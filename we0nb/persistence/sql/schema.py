@@ -102,6 +102,7 @@ def check_version(value: Any, where: str) -> int:
 
 
 def _create(db: SchemaDb) -> None:
+    _refuse_foreign_tables(db)
     d = _dialect(db.dialect)
     if db.pg_schema is not None and db.dialect == "postgresql":
         db.run(str(CreateSchema(db.pg_schema, if_not_exists=True).compile(dialect=d)))
@@ -112,6 +113,18 @@ def _create(db: SchemaDb) -> None:
     for sql in triggers(db.dialect):
         db.run(sql)
     db.rows(q.VERSION_SET, {"key": VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
+
+
+def _refuse_foreign_tables(db: SchemaDb) -> None:
+    """A database without we0nb's version row holds none of its tables: one of their names is a
+    table of something else (which creating "if not exists" would leave, to fail at the first read)."""
+    taken = [t.name for t in S.metadata.sorted_tables if t is not S.meta and db.rows(q.HAS_TABLE, {"name": t.name})]
+    if taken:
+        where = f"{db.where} (schema {db.pg_schema})" if db.pg_schema and db.dialect == "postgresql" else db.where
+        raise PersistenceError(
+            f"The database {where} already has a table named {taken[0]} that we0nb did not make (the database "
+            "has no we0nb schema version). Use another database (another URL; on PostgreSQL, another schema=), "
+            "or rename that table.")
 
 
 # --------------------------------------------------------------------------- DDL beyond the tables
