@@ -315,6 +315,33 @@ async def test_a_lock_held_past_busy_timeout_is_a_persistence_error(tmp_path: Pa
     await p.close()
 
 
+async def test_a_run_on_a_locked_database_waits_busy_timeout_once(tmp_path: Path, monkeypatch) -> None:
+    """The lease's commit went through the group commit, which waited out busy_timeout and then tried
+    each commit alone — waiting as long again (a run failed after twice its busy_timeout)."""
+    from we0nb.persistence.sql.inline import InlineSqlite
+
+    db = tmp_path / "busy.db"
+    p = SqlPersistence(f"sqlite:///{db}", busy_timeout=0.2)
+    await p.list_sessions()
+    waits = []
+    retry = InlineSqlite._retry
+
+    async def counted(self: Any, fn: Any, *args: Any) -> Any:
+        try:
+            return await retry(self, fn, *args)
+        except PersistenceError:
+            waits.append(fn.__name__)  # a wait that ran out
+            raise
+
+    monkeypatch.setattr(InlineSqlite, "_retry", counted)
+    agent = We0Agent(ScriptedModel([[text("hi")]]), persistence=p)
+    async with _WriteLockHolder(db):
+        with pytest.raises(PersistenceError, match="stayed locked"):
+            await agent.invoke(messages=[user_message("hi")])
+    assert len(waits) == 1, waits
+    await p.close()
+
+
 async def test_a_nul_in_a_session_id_is_a_persistence_error_on_postgres(sql: Backend) -> None:
     """build_request refuses such ids up front; at the port, PostgreSQL's refusal is a clear error."""
     p = sql.fresh()

@@ -24,7 +24,8 @@ is *crowded* (other runs of this loop hold leases on the store), else writes it 
 
 A group that fails on an error writes nothing, and each of its commits is then tried alone,
 so the error reaches only the commit that caused it; a group that finds the database locked
-waits (the async back-off) as one. A commit once queued is written even if its caller is
+waits (the async back-off) as one, and when the lock outlasts ``busy_timeout`` each of its
+commits fails with that error (alone, each would wait as long again). A commit once queued is written even if its caller is
 cancelled meanwhile (the run's writer keeps those rows and sends them again: upserts, so
 twice is harmless; dropped, they could be lost). Queues are per event loop; a queue left by a
 loop that closed before its pass is written with the next group.
@@ -37,7 +38,7 @@ import time
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from .driver import Guard, Op
-from .errors import Busy
+from .errors import Busy, is_busy
 
 if TYPE_CHECKING:
     from .inline import InlineSqlite
@@ -105,7 +106,11 @@ class SqliteGroup:
     async def _later(self, group: list[_Commit]) -> None:
         try:
             results = await self.db.together([(c.ops, c.guard) for c in group])
-        except Exception:  # on purpose: as in _write
+        except Exception as exc:  # on purpose: as in _write
+            if is_busy(exc.__cause__ or exc):  # locked past busy_timeout: alone, each would wait as long again
+                for c in group:
+                    _set(c.done, exc=exc)
+                return
             await self._alone(group)
             return
         _settle(group, results)
