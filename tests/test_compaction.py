@@ -388,3 +388,16 @@ async def test_the_no_usage_warning_gives_advice_that_fits_the_model(caplog, pro
         await agent.invoke(session_id=SID, messages=[user_message("hi")])
     warned = [r.getMessage() for r in caplog.records if "reports no token usage" in r.getMessage()]
     assert len(warned) == 1 and warned[0].endswith(advice)
+
+
+async def test_a_model_that_says_why_it_reports_no_usage_is_not_warned_about(caplog):
+    """local_model's server (llama-cpp-python) sends no usage in streams: nothing can be turned on,
+    so tutorial 05 printed a warning with advice its reader could not follow."""
+    model = ScriptedModel([[text("x" * 400)], [text("ok")]], context_window=150, provider="openai")
+    model.usage_unreported = "its server sends none in streams"
+    agent = We0Agent(model, compaction_threshold=0.5)
+    with caplog.at_level("INFO", logger="we0nb"):
+        await agent.invoke(session_id=SID, messages=[user_message("hi")])
+    said = [r for r in caplog.records if "reports no token usage" in r.getMessage()]
+    assert [r.levelname for r in said] == ["INFO"]
+    assert "(its server sends none in streams)" in said[0].getMessage()

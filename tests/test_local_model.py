@@ -192,3 +192,63 @@ def test_a_server_started_from_a_short_lived_thread_outlives_that_thread():
         assert alive(pid) and server.running
     finally:
         server.stop()
+
+
+def test_tool_results_become_user_turns_naming_their_function():
+    from we0nb.models._llama_server import with_tool_results
+
+    msgs = [{"role": "user", "content": "go"},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "sunny"}]},
+            {"role": "tool", "tool_call_id": "unknown", "content": "x"}]
+    out = with_tool_results(msgs)
+    assert out[:2] == msgs[:2]
+    assert out[2] == {"role": "user", "content": "functions.get_weather returned:\nsunny"}
+    assert out[3] == {"role": "user", "content": "functions.tool returned:\nx"}
+
+
+_RENDER = textwrap.dedent('''
+    import sys
+    import llama_cpp.llama_chat_format as formats
+    if sys.argv[1] == "mended":
+        from we0nb.models._llama_server import patch
+        patch()
+
+    class Prompt(Exception):
+        pass
+
+    class Llama:  # what the chat format asks of a model, until it sends the prompt
+        verbose = False
+        def tokenize(self, b, add_bos=False, special=False): return list(b)
+        def detokenize(self, t): return bytes(t)
+        def create_completion(self, prompt, **kw): raise Prompt(prompt)
+
+    handler = formats.LlamaChatCompletionHandlerRegistry().get_chat_completion_handler_by_name("chatml-function-calling")
+    messages = [{"role": "user", "content": 'Weather in "Lisbon" & <Porto>?'},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": '{"city": "Lisbon"}'}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny, 21 degrees"}]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    try:
+        handler(llama=Llama(), messages=messages, tools=tools, tool_choice="auto")
+    except Prompt as p:
+        print(p.args[0])
+''')
+
+
+@needs_server
+def test_the_local_servers_prompt_shows_the_text_and_the_tool_results():
+    """llama-cpp-python 0.3's chatml-function-calling escaped every message as HTML ('"' reached the
+    model as '&#34;', which it copied into its answers) and dropped tool results (an empty
+    '<|im_start|>tool' turn); local_model's server mends both."""
+    prompt = subprocess.run([sys.executable, "-c", _RENDER, "mended"], capture_output=True, text=True, timeout=120,
+                            check=True).stdout
+    assert 'Weather in "Lisbon" & <Porto>?' in prompt and '{"city": "Lisbon"}' in prompt, prompt
+    assert "functions.get_weather returned:\nsunny, 21 degrees<|im_end|>" in prompt and "&#" not in prompt, prompt
+
+
+@needs_server
+def test_the_local_model_says_its_server_reports_no_usage():
+    model = LocalModel(port=8123)._get_model()  # (the model object only: no server is started)
+    assert model.usage_unreported and "llama-cpp-python" in model.usage_unreported

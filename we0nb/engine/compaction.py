@@ -212,12 +212,7 @@ class Compactor:
         except TypeError:  # not weak-referenceable: warn every time rather than never
             first = True
         if first:
-            # (the package's test doubles have no server: their scripts say what a call used)
-            advice = ("Give its steps usage(...) to drive compaction by tokens."
-                      if getattr(model, "provider_name", None) == OWN_PROVIDER
-                      else "If its server can send usage in streams, turn it on.")
-            log.warning("%s reports no token usage, so compaction estimates the context from the text "
-                        "(4 characters a token). %s", getattr(model, "model_id", type(model).__name__), advice)
+            _say_no_usage(model)
         return estimate_history(state.history.build(state.messages), state.agent.system_prompt,
                                 state.tools.schemas)
 
@@ -353,3 +348,20 @@ class Compactor:
         if not original.endswith(TAIL_NOTE):
             original += TAIL_NOTE
         return self.state.user_message(original, synthetic=True)
+
+
+def _say_no_usage(model: Any) -> None:
+    """That compaction estimates the context: a warning with what to do, or at INFO when the model
+    says why it never reports usage (nothing to turn on)."""
+    name = getattr(model, "model_id", type(model).__name__)
+    known = getattr(model, "usage_unreported", None)
+    if known:
+        log.info("%s reports no token usage (%s), so compaction estimates the context from the text "
+                 "(4 characters a token).", name, known)
+        return
+    # (the package's test doubles have no server: their scripts say what a call used)
+    advice = ("Give its steps usage(...) to drive compaction by tokens."
+              if getattr(model, "provider_name", None) == OWN_PROVIDER
+              else "If its server can send usage in streams, turn it on.")
+    log.warning("%s reports no token usage, so compaction estimates the context from the text "
+                "(4 characters a token). %s", name, advice)

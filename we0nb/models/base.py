@@ -229,6 +229,9 @@ class Model(abc.ABC):
     #: whether the model can return structured output at all (a ``judge`` needs it); a model
     #: that cannot (a plain completion endpoint without tools or JSON) sets it False
     structured_output: bool = True
+    #: why this model never reports token usage, when that is known and nothing can change it
+    #: (compaction then says so at INFO, instead of a warning that advises turning usage on)
+    usage_unreported: Optional[str] = None
     # set through _set_pricing() from a model's provider= and price= keywords
     _provider: str = OWN_PROVIDER
     _price: Optional[ModelPrice] = None

@@ -8,6 +8,8 @@ file; nothing is downloaded at run time), waits until it answers, and gives an
 native structured output in llama-cpp-python's dialect (``{"type": "json_object",
 "schema": …}``: decoding is constrained, so even this small model returns valid JSON),
 and the context window the server was started with. Install: ``pip install "we0nb[local]"``.
+The server runs with that chat format mended (:mod:`._llama_server`: it escaped every message as
+HTML and dropped tool results).
 
 The server is a child process. It stops when the context manager exits (normally or on an
 error), on :meth:`LocalModel.stop`, at interpreter exit, and — on Linux — when the process
@@ -62,7 +64,7 @@ _LAUNCH = (
     "    pass\n"
     "if os.getppid() != int(sys.argv[1]):\n"
     "    os._exit(1)\n"
-    "os.execv(sys.executable, [sys.executable, '-m', 'llama_cpp.server', *sys.argv[2:]])\n"
+    "os.execv(sys.executable, [sys.executable, '-m', 'we0nb.models._llama_server', *sys.argv[2:]])\n"
 )
 
 _LIVE: "weakref.WeakSet[LocalModel]" = weakref.WeakSet()
@@ -234,6 +236,7 @@ class LocalModel:
                                        "native_format": "json_object", "api_key": "local", "max_retries": 1,
                                        "price": ModelPrice(0, 0), **self.model_options}
             self.model = OpenAIChatModel(MODEL_NAME, base_url=self.url, **options)
+            self.model.usage_unreported = "llama-cpp-python's server sends none in streams"
         return self.model
 
     def _log_tail(self, lines: int = 5) -> str:
