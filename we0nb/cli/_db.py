@@ -146,13 +146,13 @@ def _check_tables(conn: Any, url: str, writer: Optional[str]) -> None:
 
     from ..errors import PersistenceError
     from ..persistence.sql import tables as S
-    from ..persistence.sql.schema import VERSION_KEY, check_version
+    from ..persistence.sql.schema import VERSION_KEY, check_version, foreign_table
 
     names = set(inspect(conn).get_table_names())
     if not set(WE0_TABLES) <= names:
-        foreign = [t for t in WE0_TABLES if t in names]
-        if foreign and "we0_meta" not in names:  # (we0nb makes its tables with the version row, at once)
-            raise CliError(f"{safe_url(url)} has a table named {foreign[0]} that we0nb did not make (the database "
+        foreign = foreign_table(names) if S.meta.name not in names else None
+        if foreign is not None:
+            raise CliError(f"{safe_url(url)} has a table named {foreign} that we0nb did not make (the database "
                            "has no we0nb schema version); pass another --db, or rename that table.")
         raise CliError(f"no we0nb data in {safe_url(url)} (it has no we0nb tables); write some with "
                        f"`{writer or hint('we0nb', 'demo', '--db', url)}` or pass another --db.")

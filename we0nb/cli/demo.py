@@ -131,8 +131,8 @@ def add_parsers(sub: Any, db: argparse.ArgumentParser, common: argparse.Argument
         help="run a demo agent, abort it mid-tool, resume it, and check the ledger",
         description="A demo agent (no API key, no network) with two tools - place_order (side effects: it "
                     "appends to a ledger file) and check_stock (read-only) - runs on a database and is aborted "
-                    "while the tea order runs in place_order (or wherever Ctrl-C lands), then resumed. What the terminal says "
-                    "about the run is read back from the store and the ledger: what resume kept, recalled "
+                    "while the tea order runs in place_order (or wherever Ctrl-C lands), then resumed. What the "
+                    "terminal says about the run is read back from the store and the ledger: what resume kept, recalled "
                     "and interrupted, and whether any order was placed twice (exit code 1 if so). "
                     "Ctrl-C aborts the run where it is and exits with 130.")
     d.add_argument("--session", help="session id to create (default: a new ses_... id)")

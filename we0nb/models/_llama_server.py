@@ -60,14 +60,15 @@ def patch() -> None:
     import llama_cpp.llama_chat_format as formats
 
     formats.jinja2 = _NoAutoescape(jinja2)  # type: ignore[assignment]
-    original = formats.LlamaChatCompletionHandlerRegistry().get_chat_completion_handler_by_name(FORMAT)
+    registry = formats.LlamaChatCompletionHandlerRegistry()
+    original = registry.get_chat_completion_handler_by_name(FORMAT)
 
     def handler(*args: Any, **kwargs: Any) -> Any:
         if isinstance(kwargs.get("messages"), list):
             kwargs["messages"] = with_tool_results(kwargs["messages"])
         return original(*args, **kwargs)
 
-    formats.LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(FORMAT, handler, overwrite=True)
+    registry.register_chat_completion_handler(FORMAT, handler, overwrite=True)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-from typing import Any, Iterator, Optional, Protocol
+from typing import Any, Collection, Iterator, Optional, Protocol
 
 from sqlalchemy.schema import CreateIndex, CreateSchema, CreateTable
 
@@ -33,7 +33,7 @@ from . import tables as S
 from .sqlite_exec import execute
 from .statements import Stmt, _dialect, compiled
 
-__all__ = ["ensure_schema", "SqliteDb", "ConnectionDb", "check_version"]
+__all__ = ["ensure_schema", "SqliteDb", "ConnectionDb", "check_version", "foreign_table"]
 
 log = logging.getLogger("we0nb.persistence.sql")
 
@@ -115,14 +115,21 @@ def _create(db: SchemaDb) -> None:
     db.rows(q.VERSION_SET, {"key": VERSION_KEY, "value": str(S.SCHEMA_VERSION)})
 
 
+def foreign_table(present: Collection[str]) -> Optional[str]:
+    """Of a database's tables (``present``), the first named like one of we0nb's (its version table
+    aside). In a database without a we0nb schema version it is another program's: we0nb makes its
+    tables and their version in one transaction. (The writer refuses such a database, the reading
+    commands say so.)"""
+    return next((t.name for t in S.metadata.sorted_tables if t is not S.meta and t.name in present), None)
+
+
 def _refuse_foreign_tables(db: SchemaDb) -> None:
-    """A database without we0nb's version row holds none of its tables: one of their names is a
-    table of something else (which creating "if not exists" would leave, to fail at the first read)."""
-    taken = [t.name for t in S.metadata.sorted_tables if t is not S.meta and db.rows(q.HAS_TABLE, {"name": t.name})]
-    if taken:
+    """Before creating: a table that creating "if not exists" would leave, to fail at the first read."""
+    taken = foreign_table({t.name for t in S.metadata.sorted_tables if db.rows(q.HAS_TABLE, {"name": t.name})})
+    if taken is not None:
         where = f"{db.where} (schema {db.pg_schema})" if db.pg_schema and db.dialect == "postgresql" else db.where
         raise PersistenceError(
-            f"The database {where} already has a table named {taken[0]} that we0nb did not make (the database "
+            f"The database {where} already has a table named {taken} that we0nb did not make (the database "
             "has no we0nb schema version). Use another database (another URL; on PostgreSQL, another schema=), "
             "or rename that table.")
 

@@ -25,10 +25,10 @@ is *crowded* (other runs of this loop hold leases on the store), else writes it 
 A group that fails on an error writes nothing, and each of its commits is then tried alone,
 so the error reaches only the commit that caused it; a group that finds the database locked
 waits (the async back-off) as one, and when the lock outlasts ``busy_timeout`` each of its
-commits fails with that error (alone, each would wait as long again). A commit once queued is written even if its caller is
-cancelled meanwhile (the run's writer keeps those rows and sends them again: upserts, so
-twice is harmless; dropped, they could be lost). Queues are per event loop; a queue left by a
-loop that closed before its pass is written with the next group.
+commits fails with that error (alone, each would wait as long again). A commit once queued is
+written even if its caller is cancelled meanwhile (the run's writer keeps those rows and sends
+them again: upserts, so twice is harmless; dropped, they could be lost). Queues are per event
+loop; a queue left by a loop that closed before its pass is written with the next group.
 """
 
 from __future__ import annotations
