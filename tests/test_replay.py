@@ -255,3 +255,34 @@ def test_replay_context_window_must_be_a_positive_int():
     for bad in (0, -5, 1.5, "1000", True):
         with pytest.raises(ValueError, match="context_window"):
             ReplayModel(None, "ses_x", context_window=bad)
+
+
+def test_a_call_the_recorded_run_was_stopped_in_is_served_cut_never_as_an_answer(store):
+    """A step aborted while it streamed: its fragment, then a failure (not ``stop`` and the
+    fragment as the answer); a resume is served the next recorded step, strictly compared."""
+    from we0nb import ModelError
+
+    async def go():
+        agent = We0Agent(ScriptedModel([[text(["par", "tial"])]], delay=0.05), persistence=store)
+        abort = asyncio.Event()
+        with pytest.raises(asyncio.CancelledError):
+            async for ev in agent.stream(abort=abort, session_id="ses_cut", messages=[user_message("q")]):
+                if ev["type"] == "text-delta":
+                    abort.set()
+        unresumed = ReplayModel(store, "ses_cut")  # (read before the recorded run was resumed)
+        await unresumed.prepare()
+        await We0Agent(ScriptedModel([[text("final")]]), persistence=store).invoke(session_id="ses_cut", mode="resume")
+
+        replay = ReplayModel(store, "ses_cut")
+        again = We0Agent(replay, persistence=store)
+        with pytest.raises(ModelError, match="cut off"):
+            await again.invoke(session_id="ses_cut2", messages=[user_message("q")])
+        first = (await again.transcript("ses_cut2")).messages[1]
+        assert first.text == "par" and first.info.finish_reason is None and first.info.time.completed is None
+        resumed = await again.invoke(session_id="ses_cut2", mode="resume")
+        assert resumed.text == "final" and replay.step == replay.steps == 2
+
+        with pytest.raises(ModelError, match="cut off"):  # (a recording still cut at its end: the same)
+            await We0Agent(unresumed, persistence=store).invoke(session_id="ses_cut3", messages=[user_message("q")])
+
+    run(go())

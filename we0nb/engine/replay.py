@@ -16,7 +16,10 @@ what was sent. A compaction's summary call is served its summary, never compared
 agent compacts where the recorded one did only if its model has the recorded model's
 ``context_window`` (a keyword here), and a strict replay that meets a summary where the agent asks
 for a step (or the reverse) says so. A recorded call that failed fails again
-(:class:`RecordedModelError`): a replay never turns a failure into an answer.
+(:class:`RecordedModelError`), and so does one the recorded run was stopped in while it streamed
+(aborted, killed), after serving what it had streamed: a replay never turns a failure or a
+fragment into an answer; a resume of the replaying run is served the next step, as the recorded
+run's resume was.
 """
 
 from __future__ import annotations
@@ -238,7 +241,7 @@ def load_steps(messages: Sequence[MessageWithParts]) -> list[RecordedStep]:
     for i, m in enumerate(messages):
         info = m.info
         if isinstance(info, AssistantMessage):
-            failure = _failure(info)
+            failure = _failure(info) or _cut(m, info)
             out.append(RecordedStep(info.id, tuple(_events(m, info, failed=failure is not None)),
                                     tuple(to_model_messages(messages[:i])), summary=info.summary, failure=failure))
     return out
@@ -278,6 +281,22 @@ def _failure(info: AssistantMessage) -> Optional[tuple[str, str]]:
     if error is None or info.finish_reason is not None or error.reason == UNFINISHED_REASON:
         return None
     return error.reason, error.message
+
+
+#: what a replay says of a recorded model call that was cut off (see :func:`_cut`)
+CUT_REASON = "cut off"
+CUT_MESSAGE = "the recorded run was stopped (aborted or killed) during this call, after what it had streamed"
+
+
+def _cut(m: MessageWithParts, info: AssistantMessage) -> Optional[tuple[str, str]]:
+    """A recorded model call cut off while it streamed: no finish, no tool call (calls run once
+    the reply has ended: a step with calls was cut while they ran, its reply was whole). Served
+    as what it streamed, then a failure: the run that replays it stops there too, and a resume
+    asks for the next step, as the recorded run's resume did — never a fragment as an answer."""
+    if info.finish_reason is not None or m.tool_parts:
+        return None
+    error = info.error
+    return (CUT_REASON, CUT_MESSAGE) if error is None or error.reason == UNFINISHED_REASON else None
 
 
 def comparable(m: ModelMessage) -> dict[str, Any]:
