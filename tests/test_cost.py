@@ -325,6 +325,22 @@ async def test_max_cost_claims_no_new_item_once_the_batch_cost_reaches_it(store)
     assert rest.stopped is None and rest.counts == {"stop": 6} and rest.cost == pytest.approx(0.012)
 
 
+async def test_an_items_last_call_counts_before_the_slot_takes_the_next_item(store) -> None:
+    """One priced call per item: on a store whose commits wait, an item hands its slot on at its
+    last call, before that call's message (its cost) is written; the budget counts it all the
+    same, so the stores agree — no item starts once the cost so far reaches the budget."""
+    def one_dollar(request: Any) -> list:
+        return [text("a"), usage(1_000_000, 0)]
+
+    for concurrency, budget, started in [(1, 3.0, 3), (1, 1.0, 1), (4, 1.0, 4)]:
+        agent = We0Agent(FunctionModel(one_dollar, price=(1.0, 1.0)), persistence=store)
+        batch = await agent.batch([f"p{i}" for i in range(12)], name=f"dollars-{concurrency}-{budget}",
+                                  concurrency=concurrency, max_cost=budget, progress=False)
+        assert batch.stopped == "max_cost"
+        assert batch.counts == {"pending": 12 - started, "stop": started}, (concurrency, budget)
+        assert batch.cost == pytest.approx(started)
+
+
 async def test_items_running_when_the_budget_is_reached_end_normally() -> None:
     calls: list[str] = []
     batch = await priced_agent(MemoryPersistence(), calls, delay=0.01).batch(
@@ -469,12 +485,12 @@ async def test_the_budget_reads_the_batchs_cost_less_often_when_a_read_is_slow(m
     class SlowSum:
         reads = 0
         took = 0.0
-        total = 0.001  # what the batch's calls cost, as stored
+        costs = {0: 0.001}  # what each item's calls cost, as stored
 
         async def batch_costs(self, name: str) -> list[ItemCost]:
             self.reads += 1
             clock[0] += self.took  # (the read's own duration)
-            return [ItemCost(0, self.total)]
+            return [ItemCost(i, c) for i, c in self.costs.items()]
 
     store = SlowSum()
     budget = runner.Budget(store, "b", 1.0)
@@ -486,9 +502,16 @@ async def test_the_budget_reads_the_batchs_cost_less_often_when_a_read_is_slow(m
     clock[0] += runner.Budget.READ_EVERY
     assert not await budget.spent() and store.reads == 3
     clock[0] += 1.0
-    budget.add(0.5)  # (this worker's own spending is counted at once, between reads)
-    store.total += 0.5
+    budget.add(1, "msg_1", 0.5)  # (this worker's own spending is counted at once, between reads)
+    store.costs[1] = 0.5
     assert not await budget.spent() and store.reads == 3 and budget.total == pytest.approx(0.501)
+    budget.add(1, "msg_1", 0.5)  # (a call told twice counts once)
+    assert budget.total == pytest.approx(0.501)
     clock[0] += 1.0
-    store.total += 0.6  # another process's spending: seen at the next read
+    store.costs[0] += 0.6  # another process's spending: seen at the next read
     assert await budget.spent() and store.reads == 4 and budget.total == pytest.approx(1.101)
+    budget.add(2, "msg_2", 0.25)  # (a call whose message the store has not yet: counted once, before and after)
+    assert budget.total == pytest.approx(1.351)
+    store.costs[2] = 0.25
+    clock[0] += 2.0
+    assert await budget.spent() and store.reads == 5 and budget.total == pytest.approx(1.351)

@@ -119,17 +119,21 @@ async def give_back(store: BatchQueue, name: str, owner: str, taken: "Ready | Ba
 
 async def run_item(agent: Any, taken: "Ready | BatchItem", stop: asyncio.Event, *, own_sessions: bool,
                    backoff: float, after_last_call: Optional[Callable[[], None]] = None,
-                   on_cost: Optional[Callable[[Optional[float]], None]] = None) -> ItemOutcome:
+                   on_cost: Optional[Callable[[str, Optional[float]], None]] = None) -> ItemOutcome:
     """Run an item claimed by the caller (made ready ahead, or not yet) until its turn ends,
     fails or ``stop`` is set. The outcome's ``release`` is the caller's to wait for
     (:func:`released`); ``after_last_call`` is the run's (:class:`~we0nb.engine.run.Run`);
-    ``on_cost`` is told each model call's cost as its message is persisted."""
+    ``on_cost`` is told each model call's cost (its message's id, the cost) as its message is
+    persisted — the last call's before ``after_last_call``, which comes before that message's
+    write (the caller may decide on the next item then), so a message may be told twice."""
     t0 = time.monotonic()
     ready = taken if isinstance(taken, Ready) else await prepare(agent, taken, stop)
     it, request = ready.item, ready.request
+    last_call = after_last_call if on_cost is None else _telling(lambda: run, on_cost, after_last_call)
+
     # (it reads each event once, and nobody watches it live)
     run = Run(agent, request, structured=agent.output_type is not None,
-              options=RunOptions(live_parts=True, pipelined=True, after_last_call=after_last_call, held=ready.held))
+              options=RunOptions(live_parts=True, pipelined=True, after_last_call=last_call, held=ready.held))
     try:
         outcome = await _outcome(agent, it, run, t0, stop, clean=request.mode == "prompt" and own_sessions,
                                  backoff=backoff, on_cost=on_cost)
@@ -141,8 +145,21 @@ async def run_item(agent: Any, taken: "Ready | BatchItem", stop: asyncio.Event, 
     return outcome
 
 
+def _telling(run: Callable[[], Run], on_cost: Callable[[str, Optional[float]], None],
+             then: Optional[Callable[[], None]]) -> Callable[[], None]:
+    """``after_last_call`` telling ``on_cost`` the last call's cost first (its message is written after)."""
+    def last_call() -> None:
+        last = next((m.info for m in reversed(run().state.messages) if isinstance(m.info, AssistantMessage)), None)
+        if last is not None:
+            on_cost(last.id, last.cost)
+        if then is not None:
+            then()
+
+    return last_call
+
+
 async def _outcome(agent: Any, it: BatchItem, run: Run, t0: float, stop: asyncio.Event, *, clean: bool,
-                   backoff: float, on_cost: Optional[Callable[[Optional[float]], None]] = None) -> ItemOutcome:
+                   backoff: float, on_cost: Optional[Callable[[str, Optional[float]], None]] = None) -> ItemOutcome:
     """Run ``run`` to its end; how the item ended (``clean``: a prompt run on a session the batch
     made, whose counts its events give)."""
     output_tool = agent.output_tool_name if agent.output_type is not None else None
@@ -162,9 +179,9 @@ async def _outcome(agent: Any, it: BatchItem, run: Run, t0: float, stop: asyncio
                 counts.input_tokens += ev["usage"].input_tokens
                 counts.output_tokens += ev["usage"].output_tokens
                 if on_cost is not None:
-                    on_cost(ev["message"].cost)
+                    on_cost(ev["message"].id, ev["message"].cost)
             elif ev["type"] == "compaction" and on_cost is not None:
-                on_cost(ev["message"].cost)
+                on_cost(ev["message"].id, ev["message"].cost)
     except asyncio.CancelledError:
         if not stop.is_set():
             raise  # the batch itself was cancelled: the runner gives the claim back
