@@ -324,6 +324,37 @@ def test_case_has_prompt_text_and_tool_calls(store):
     assert seen == [(0, "2+2", "4", ["calc"], None, None)]
 
 
+def test_a_cases_output_is_the_structured_output_the_run_returned(store):
+    """``case.output`` is what ``RunResult.output`` was (the agent's output type), not its stored JSON;
+    scored with an agent whose type no longer accepts it, the decoded JSON."""
+    from pydantic import BaseModel
+
+    from we0nb import output
+
+    class Answer(BaseModel):
+        value: int
+
+    class Other(BaseModel):
+        name: str
+
+    seen = []
+
+    def look(case):
+        seen.append(case.output)
+        return True
+
+    async def go():
+        agent = We0Agent(FunctionModel(lambda request: [output(Answer(value=4))]), persistence=store,
+                         output_type=Answer)
+        batch = await agent.batch(["2+2"], name="b_typed", progress=False)
+        await batch.score([look], progress=False)
+        batch.agent = We0Agent(FunctionModel(lambda request: []), persistence=store, output_type=Other)
+        await batch.score([scorer(look, name="again")], progress=False)
+
+    run(go())
+    assert seen == [Answer(value=4), {"value": 4}] and type(seen[0]) is Answer
+
+
 def test_a_case_without_tool_calls_is_made_without_reading_its_transcript(store, monkeypatch):
     seen, read = [], []
 

@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Union
 
+from pydantic import ValidationError
+
 from .._ids import now
 from ..messages import ToolPart
 from ..persistence.scores import ScoreRecord, score_store
@@ -201,6 +203,9 @@ class ScoringContext:
     store: Any
     batch: str
     abort: asyncio.Event = field(default_factory=asyncio.Event)
+    #: the agent's output type's validator (None: no structured output): a case's ``output`` is
+    #: the object ``RunResult.output`` was, not its stored JSON
+    output: Any = None
 
 
 Expected = Union[None, Sequence[Any], Any]
@@ -249,7 +254,8 @@ async def score_batch(batch: Any, scorers: Any, *, expected: Expected = None, co
     if todo:
         # (an item the batch counted no tool call for, run without structured output, has none: its
         # transcript need not be read — the batch's item already holds its text)
-        await _score(todo, values, ScoringContext(store, batch.name), result, concurrency, progress,
+        context = ScoringContext(store, batch.name, output=batch.agent.output_adapter)
+        await _score(todo, values, context, result, concurrency, progress,
                      counted=batch.agent.output_type is None)
         await scores.write_scores(result.scored)
     return result
@@ -291,7 +297,7 @@ async def _score(todo: list[tuple[Any, Scorer]], values: list[Any], context: Sco
 
         try:
             if it.item not in cases:
-                cases[it.item] = _case(context.store, it, values[it.item], read=not (counted and it.tool_calls == 0))
+                cases[it.item] = _case(context, it, values[it.item], read=not (counted and it.tool_calls == 0))
             case = await cases[it.item]
             try:
                 got, judge_sid = await s.decide(case, context, free_slot=free_slot)
@@ -342,32 +348,44 @@ async def _all(tasks: list["asyncio.Future[None]"]) -> None:
         raise first
 
 
-def _case(store: Any, it: Any, expected: Any, *, read: bool = True) -> "asyncio.Future[Case]":
+def _case(context: ScoringContext, it: Any, expected: Any, *, read: bool = True) -> "asyncio.Future[Case]":
     """The case of item ``it``, shared by its scorers; its tool calls read from its transcript (a
     task), or, with ``read=False`` (it has none), made at once: a future already done, which its
     scorers' ``await`` takes without waiting for the loop's next pass (two passes a case, else)."""
     if read:
-        return asyncio.ensure_future(_read_case(store, it, expected))
+        return asyncio.ensure_future(_read_case(context, it, expected))
     done: "asyncio.Future[Case]" = asyncio.get_running_loop().create_future()
-    done.set_result(_made_case(it, expected, []))
+    done.set_result(_made_case(context, it, expected, []))
     return done
 
 
-async def _read_case(store: Any, it: Any, expected: Any) -> Case:
-    tr = await store.load_transcript(it.session_id)
+async def _read_case(context: ScoringContext, it: Any, expected: Any) -> Case:
+    tr = await context.store.load_transcript(it.session_id)
     calls = [p.tool for m in tr.messages for p in m.parts if isinstance(p, ToolPart) and not p.is_output]
-    return _made_case(it, expected, calls)
+    return _made_case(context, it, expected, calls)
 
 
-def _made_case(it: Any, expected: Any, calls: list[str]) -> Case:
-    output = None
-    if it.output is not None:
-        try:
-            output = json.loads(it.output)
-        except ValueError:
-            output = it.output
+def _made_case(context: ScoringContext, it: Any, expected: Any, calls: list[str]) -> Case:
     return Case(item=it.item, session_id=it.session_id, prompt=prompt_text(it.prompt), text=it.text or "",
-                output=output, expected=expected, tool_calls=calls)
+                output=_output(context.output, it.output), expected=expected, tool_calls=calls)
+
+
+def _output(adapter: Any, stored: Optional[str]) -> Any:
+    """An item's structured output as the run returned it: its stored JSON validated by the agent's
+    output type; the decoded JSON when the agent has none or its type no longer accepts it (an
+    agent other than the one that ran the batch)."""
+    if stored is None:
+        return None
+    try:
+        decoded = json.loads(stored)
+    except ValueError:
+        return stored
+    if adapter is None:
+        return decoded
+    try:
+        return adapter.validate_python(decoded)
+    except ValidationError:
+        return decoded
 
 
 SCORE_COLUMNS = ("item", "session_id", "scorer", "value", "passed", "reason", "judge_session_id")
