@@ -348,6 +348,10 @@ def test_a_cases_output_is_the_structured_output_the_run_returned(store):
                          output_type=Answer)
         batch = await agent.batch(["2+2"], name="b_typed", progress=False)
         await batch.score([look], progress=False)
+        asked: list[str] = []
+        verdict = await batch.score([judge(verdicts(asked), "Is it right?")], expected=['{"value": 4}'],
+                                    progress=False)
+        assert "ANSWER:\n{\"value\": 4}\n" in asked[0] and not verdict.errors and verdict.df["passed"].tolist() == [True]
         batch.agent = We0Agent(FunctionModel(lambda request: []), persistence=store, output_type=Other)
         await batch.score([scorer(look, name="again")], progress=False)
 

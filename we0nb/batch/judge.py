@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any, Callable, Optional
 
 from pydantic import BaseModel, Field
+from pydantic_core import to_jsonable_python
 
 from ..engine.agent import We0Agent
 from ..engine.request import RunRequest, RunResult
@@ -56,7 +57,8 @@ def _judge_prefix(batch: str, name: str) -> str:
 
 
 def _question(case: Case) -> str:
-    answer = case.text if case.output is None else json.dumps(case.output, ensure_ascii=False)
+    # (the output is the agent's output type's instance: made plain JSON first, the text it always was)
+    answer = case.text if case.output is None else json.dumps(to_jsonable_python(case.output), ensure_ascii=False)
     parts = [f"PROMPT:\n{case.prompt}", f"ANSWER:\n{answer}"]
     if case.tool_calls:
         parts.append("TOOLS CALLED: " + ", ".join(case.tool_calls))
