@@ -240,7 +240,11 @@ async def test_prompt_mode_reconciles_a_running_call_and_executes_nothing(answer
         assert meta(a)["reconciled"] is True
     else:
         assert meta(a)["reason"] == "prompt"
+    if in_doubt is False:  # (it was running: the model is told it had no effect, not that it never started)
+        assert a.state.error == ("Interrupted: a new user message arrived while this call was running; its tool "
+                                 "reports that it had no effect, and it was not run again.")
     assert meta(b)["reason"] == "prompt" and meta(b)["in_doubt"] is False
+    assert b.state.error == "Interrupted: a new user message arrived before this call started; it never ran."
 
 
 # --------------------------------------------------------------------------- a reconcile that misbehaves

@@ -66,7 +66,8 @@ def interrupted(part: ToolPart, action: ToolAction) -> ToolStateError:
         meta["questions"] = questions
     if action.detail:
         meta["reconcile_reason"] = action.detail
-    return ToolStateError(input=state.input, error=interrupt_text(reason, in_doubt, action.detail), metadata=meta,
+    text = interrupt_text(reason, in_doubt, action.detail, started=isinstance(state, ToolStateRunning))
+    return ToolStateError(input=state.input, error=text, metadata=meta,
                           time=ToolTime(start=start, end=now()))
 
 

@@ -245,8 +245,17 @@ _TEXT = {
 }
 
 
-def interrupt_text(reason: InterruptReason, in_doubt: bool, detail: Optional[str] = None) -> str:
+#: a call that was running, interrupted by a new prompt after its reconcile answered ``not_done``
+_NO_EFFECT = ("Interrupted: a new user message arrived while this call was running; its tool reports that it "
+              "had no effect, and it was not run again.")
+
+
+def interrupt_text(reason: InterruptReason, in_doubt: bool, detail: Optional[str] = None, *,
+                   started: bool = False) -> str:
     """The error text the model (and a person) reads for an interrupted call: whether it may
-    have run, and why a reconcile could not tell (``detail``)."""
+    have run, and why a reconcile could not tell (``detail``). ``started``: it was ``running``
+    (not in doubt then only because its reconcile said it had no effect)."""
+    if started and not in_doubt and reason == "prompt":
+        return _NO_EFFECT
     text = _TEXT.get((reason, in_doubt)) or _TEXT[(reason, not in_doubt)]
     return f"{text} (Asked whether it ran, its tool could not tell: {detail}.)" if detail else text
