@@ -12,8 +12,8 @@ Run them all at once::
 
     from we0nb.persistence.conformance import validate
 
-    report = await validate(lambda: MyStore("..."))   # each call: a store on the same, empty data
-    assert report.ok, report
+    report = await validate(lambda: MyStore("..."), reset=empty_my_data)   # make: a store on the same data;
+    assert report.ok, report                                                 # reset: empty it before each check
 
 or one pytest test per check::
 
@@ -40,9 +40,9 @@ import traceback
 from typing import Any, Awaitable, Callable, Optional, Union
 
 from . import batch_checks, column_checks, copy_checks, lease_checks, score_checks, session_checks
-from .harness import CAPABILITIES, Check, ExpireLease, Harness, Report
+from .harness import CAPABILITIES, REQUIRED, Check, ExpireLease, Harness, MissingCapability, Report
 
-__all__ = ["Harness", "Check", "CHECKS", "Report", "validate", "CAPABILITIES"]
+__all__ = ["Harness", "Check", "CHECKS", "Report", "validate", "CAPABILITIES", "REQUIRED", "MissingCapability"]
 
 #: every check, in the order :func:`validate` runs them
 CHECKS: list[Check] = [*session_checks.CHECKS, *lease_checks.CHECKS, *batch_checks.CHECKS, *column_checks.CHECKS,
@@ -65,6 +65,8 @@ async def validate(make: Callable[[], Any], *, expire_lease: Optional[ExpireLeas
                 continue
             try:
                 await check.run(h)
+            except MissingCapability as e:  # (one line: what is missing; no traceback to read)
+                report.results[check.name] = f"FAILED: {e}"
             except Exception as e:  # on purpose: a report of every check, not the first failure
                 report.results[check.name] = f"FAILED: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
             else:

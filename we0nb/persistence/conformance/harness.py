@@ -14,13 +14,32 @@ from ..columns import ColumnReads
 from ..copies import CopyStore
 from ..scores import ScoreStore
 
-__all__ = ["Harness", "Check", "Report", "CAPABILITIES", "ExpireLease", "check", "expect", "equal", "raises"]
+__all__ = ["Harness", "Check", "Report", "CAPABILITIES", "REQUIRED", "MissingCapability", "ExpireLease", "check", "expect", "equal", "raises"]
 
 #: capability name → the protocol a store has it by
 CAPABILITIES: dict[str, type] = {"sessions": SessionStore, "leases": LeaseStore, "batches": BatchQueue,
                                  "columns": ColumnReads, "scores": ScoreStore, "copies": CopyStore}
 
+#: what every store has: a run needs both (``We0Agent(persistence=...)`` takes a ``Persistence``,
+#: which is these two): a check of theirs that a store lacks fails, saying what is missing
+REQUIRED = frozenset({"sessions", "leases"})
+
 ExpireLease = Callable[[str], Union[None, Awaitable[None]]]
+
+
+def members(proto: type) -> list[str]:
+    """The public methods and attributes a store has a capability by (its protocol's members)."""
+    names: set[str] = set()
+    for cls in proto.__mro__:
+        if cls.__module__ in ("typing", "typing_extensions", "builtins", "abc"):
+            continue
+        names.update(n for n in (*vars(cls), *getattr(cls, "__annotations__", {})) if not n.startswith("_"))
+    return sorted(names)
+
+
+def lacking(store: Any, capability: str) -> list[str]:
+    """The members of ``capability`` that ``store`` does not have."""
+    return [n for n in members(CAPABILITIES[capability]) if not hasattr(store, n)]
 
 
 class Harness:
@@ -61,13 +80,19 @@ class Harness:
 
     async def aclose(self) -> None:
         for s in self.made:
-            await s.close()
+            close = getattr(s, "close", None)  # (a store without it fails its checks, saying so)
+            if close is not None:
+                await close()
 
     async def __aenter__(self) -> "Harness":
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
+
+
+class MissingCapability(AssertionError):
+    """A store lacks a capability every store needs (the message names its missing members)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,12 +108,25 @@ class Check:
         return self.name
 
     def applies(self, h: Harness) -> bool:
-        return self.needs <= h.capabilities
+        """Whether the check runs: the store has what it needs, or lacks a capability every store
+        needs (then the check runs and fails, naming what is missing)."""
+        return self.needs - h.capabilities <= REQUIRED
 
     def missing(self, h: Harness) -> str:
-        return f"{h.name or 'the store'} lacks {', '.join(sorted(self.needs - h.capabilities))}"
+        """Why the check does not run: each capability the store lacks, with the members it lacks."""
+        lacks = sorted(self.needs - h.capabilities)
+        why = [f"{h.name or 'the store'} lacks {c} ({CAPABILITIES[c].__name__}: no {', '.join(lacking(h.store, c))})"
+               for c in lacks if c != "expire"]
+        if "expire" in lacks:
+            why.append("no expire_lease= hook was given (the checks of an expired lease need it)")
+        return "; ".join(why)
 
     async def run(self, h: Harness) -> None:
+        required = sorted((self.needs - h.capabilities) & REQUIRED)
+        if required:
+            raise MissingCapability(
+                f"{self.missing(h)}: every store needs {' and '.join(CAPABILITIES[c].__name__ for c in required)} "
+                "(subclass we0nb.Persistence, which is both, and write the missing members)")
         await self.fn(h)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ..._ids import new_id
@@ -103,6 +104,82 @@ async def a_commit_writes_in_order_with_its_session_first(h: Harness) -> None:
     tr = await h.fresh().load_transcript(sid)
     equal(tr.session, session(sid, "s"), "the session written with the commit")
     equal(tr.messages[0].parts, [later], "a part written twice in one commit")
+
+
+@sessions
+async def messages_and_parts_load_in_id_order_whatever_order_they_were_written(h: Harness) -> None:
+    """Ids sort in creation order (``we0nb._ids``), and that is the order a transcript gives —
+    not the order rows were first written: the engine writes a call's parts as they are due
+    (a later call's ``running`` before an earlier call's end), and a resume, the model's history
+    and the frames read the calls in the order the model made them. Many messages, some written
+    newest first, in several commits."""
+    p, sid = h.store, new_id("ses")
+    await p.upsert_session(session(sid))
+    made: list[tuple[Any, list[Any]]] = []
+    parent = None
+    for i in range(6):
+        if i % 2 == 0:
+            u, t = user(sid, f"q{i}", created=10.0 + i)
+            made.append((u, [t]))
+            parent = u.id
+        else:
+            made.append(assistant(sid, parent or "", f"a{i}", created=10.0 + i))
+    for m, _ in reversed(made):  # (the newest message first)
+        await p.commit([(m, [], None)])
+    for m, parts in made:  # (each message's parts newest first, one commit each)
+        for part in reversed(parts):
+            await p.commit([(None, [part], None)])
+    tr = await h.fresh().load_transcript(sid)
+    equal([m.info.id for m in tr.messages], [m.id for m, _ in made], "the messages' order (their ids' order)")
+    equal([[x.id for x in m.parts] for m in tr.messages], [[x.id for x in ps] for _, ps in made],
+          "each message's parts' order (their ids' order)")
+    recent = await h.fresh().load_recent(sid)
+    equal([m.info.id for m in recent.messages], [m.id for m, _ in made][-len(recent.messages):],
+          "load_recent's messages' order")
+
+
+@sessions
+async def a_commit_may_write_parts_before_their_message(h: Harness) -> None:
+    """One commit is one transaction: its parts may come before their message in it (a fork writes
+    every part first, then the messages with their model views, so that no part write resets a
+    view). A store that checks references checks them at the commit's end."""
+    p, sid = h.store, new_id("ses")
+    u, t = user(sid, "q")
+    a, parts = assistant(sid, u.id)
+    await p.commit([(None, [t, *parts], None), (u, [], None), (a, [], None)], session=session(sid))
+    tr = await h.fresh().load_transcript(sid)
+    equal([(m.info.id, [x.id for x in m.parts]) for m in tr.messages], [(u.id, [t.id]), (a.id, [x.id for x in parts])],
+          "a commit's parts written before their messages")
+
+
+@sessions
+async def a_cancelled_commit_writes_all_of_it_or_nothing(h: Harness) -> None:
+    """A commit cancelled at any of its awaits (an abort, a task cancelled) leaves all of it or
+    none of it — never a message without the parts it came with."""
+    p, sid = h.store, new_id("ses")
+    await p.upsert_session(session(sid))
+    # cancelled after 1, 2, 3 passes of the loop, then after a few milliseconds: at its awaits
+    for after in (1, 2, 3, 0.003, 0.01, 0.03, 0.1):
+        u, t = user(sid, f"q{after}")
+        a, parts = assistant(sid, u.id, f"a{after}")
+        task = asyncio.ensure_future(p.commit([(u, [t], None), (a, parts, None)]))
+        if isinstance(after, int):
+            for _ in range(after):
+                await asyncio.sleep(0)
+        else:
+            await asyncio.sleep(after)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        tr = await h.fresh().load_transcript(sid)
+        got = {m.info.id: [x.id for x in m.parts] for m in tr.messages}
+        whole = got.get(u.id) == [t.id] and got.get(a.id) == [x.id for x in parts]
+        expect(whole or (u.id not in got and a.id not in got),
+               f"a commit cancelled after {after if isinstance(after, int) else f'{after} s'} "
+               f"{'pass(es) of the loop ' if isinstance(after, int) else ''}left part of it: {got!r}")
+        await p.delete_messages(sid, [u.id, a.id])
 
 
 @sessions
