@@ -80,10 +80,7 @@ class We0Agent:
         if persistence is None:
             persistence = MemoryPersistence()
         elif not isinstance(persistence, Persistence):
-            raise TypeError(
-                "We0Agent(persistence=...): expected MemoryPersistence(), SqlPersistence(url) or another "
-                f"Persistence, got {type(persistence).__name__}."
-            )
+            raise TypeError(_not_a_persistence(persistence))
         _check_options(max_steps, output_retries, flush_interval, compaction_threshold, compaction_prompt)
         _check_texts(system_prompt, output_tool_name)
         _check_tracing(tracer_provider, capture_content)
@@ -374,3 +371,16 @@ def _output_schema(output_type: Any) -> tuple[TypeAdapter[Any], dict[str, Any]]:
     if schema.get("type") != "object":
         raise TypeError(f"{expected}.")
     return adapter, schema
+
+
+def _not_a_persistence(store: Any) -> str:
+    """Why ``store`` is refused; a store of one's own with the methods is told how to declare itself."""
+    from ..persistence.base import LeaseStore, SessionStore
+
+    name = type(store).__name__
+    said = (f"We0Agent(persistence=...): expected MemoryPersistence(), SqlPersistence(url) or an instance of a "
+            f"we0nb.Persistence subclass, got {name}")
+    if isinstance(store, SessionStore) and isinstance(store, LeaseStore):
+        return (f"{said}, which has the methods but does not subclass it: declare "
+                f"`class {name}(..., we0nb.Persistence)` (see docs/stores.md).")
+    return said + "."

@@ -59,6 +59,8 @@ from typing import Any, Callable, Iterable, Optional, Union, cast
 import numpy as np
 import pandas as pd
 
+from ..persistence.columns import ColumnReader, ColumnReads
+from ..persistence.memory import MemoryPersistence
 from ..persistence.memory_columns import TranscriptColumns
 from ..persistence.sql.columns import CorruptRow, open_reader, persistence_of
 from .frame_types import (
@@ -154,9 +156,18 @@ def _load(p: Any, ids: Optional[list[str]]) -> tuple[list, dict]:
     return run_sync(load)
 
 
+def _store_reader(store: Any, ids: Optional[list[str]]) -> ColumnReader:
+    """The column reads of a store without SQL: its own :class:`ColumnReader` when it has
+    :class:`ColumnReads` (a store of your own), else its transcripts, loaded through the port
+    (MemoryPersistence too: only the sessions asked for are loaded, where its reader reads all)."""
+    if isinstance(store, ColumnReads) and not isinstance(store, MemoryPersistence):
+        return store.column_reader()
+    return _transcript_columns(store, ids)
+
+
 def _transcript_columns(store: Any, ids: Optional[list[str]]) -> TranscriptColumns:
-    """The column reads of a store without SQL (MemoryPersistence, a store of your own): its
-    transcripts, loaded once through the port, read as the store conformance suite checks them."""
+    """The column reads of a store through its port: its transcripts, loaded once, read as the store
+    conformance suite checks a :class:`ColumnReader` against them."""
     sessions, transcripts = _load(store, ids)
     return TranscriptColumns(type(store).__name__, lambda: [transcripts[s.id] for s in sessions], list,
                              lambda name: [])
@@ -199,7 +210,7 @@ def _view(view: str, p: Any, session_id: SessionIds, since: TimeLike, until: Tim
     ids, lo, hi = _session_ids(session_id), _bound(since, "since"), _bound(until, "until")
     if ids == []:
         return build([], spec, group)
-    reader: Any = open_reader(p) or _transcript_columns(persistence_of(p), ids)
+    reader: Any = open_reader(p) or _store_reader(persistence_of(p), ids)
     with reader:
         fetched = read(reader, ids, lo, hi, lambda chunk: convert(chunk, spec))
     if fetched.corrupt:

@@ -1,7 +1,8 @@
 """Persistence: the port (small capabilities, :mod:`.base`) and its implementations.
 
 Capabilities: :class:`SessionStore` (sessions and transcripts), :class:`LeaseStore` (the session
-lease), :class:`BatchQueue` (the batch queue), :class:`ColumnReads` (the frames' column reads);
+lease), :class:`BatchQueue` (the batch queue), :class:`ColumnReads` (the frames' column reads),
+``scores.ScoreStore`` (scores) and ``copies.CopyStore`` (copies made in the store);
 :class:`Persistence` is what a run needs (the first two). Implementations: :class:`MemoryPersistence`,
 :class:`SqlPersistence`. :mod:`.conformance` checks a store against the capabilities it has.
 """

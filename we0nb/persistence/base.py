@@ -1,19 +1,21 @@
 """The persistence port: what the engine needs from a store, as small capabilities.
 
-A store is the sum of the capabilities it has, each a :class:`~typing.Protocol` (a store may
-subclass it, or just have its methods):
+A store is the sum of the capabilities it has, each a :class:`~typing.Protocol` (a store has one
+by its methods; a run's two come by subclassing :class:`Persistence`):
 
 * :class:`SessionStore` — sessions and transcripts: read and write sessions, :meth:`~SessionStore.commit`
   a run's writes (the engine's only write path during a run), load a transcript or its recent part,
   delete messages (a revert cleared);
 * :class:`LeaseStore` — the session lease: one run per session at a time, across processes;
 * :class:`~we0nb.persistence.batches.BatchQueue` — the batch queue that ``agent.batch()`` claims items from;
-* :class:`~we0nb.persistence.columns.ColumnReads` — the frames' column reads, in bulk.
+* :class:`~we0nb.persistence.columns.ColumnReads` — the frames' column reads, in bulk;
+* :class:`~we0nb.persistence.scores.ScoreStore` — what ``batch.score`` found;
+* :class:`~we0nb.persistence.copies.CopyStore` — copies made in the store (a cheap fork).
 
 :class:`Persistence` is what a run needs — sessions and transcripts plus the lease — and what
-``We0Agent(persistence=...)`` takes. :class:`~we0nb.MemoryPersistence` and
-:class:`~we0nb.SqlPersistence` have all four; :mod:`we0nb.persistence.conformance` checks a store
-against the ones it has.
+``We0Agent(persistence=...)`` takes (an instance of a subclass). :class:`~we0nb.MemoryPersistence`
+has the first five, :class:`~we0nb.SqlPersistence` all six; :mod:`we0nb.persistence.conformance`
+checks a store against the ones it has (``docs/stores.md``: the rules a store of your own follows).
 
 Every method is async. Writes are upserts keyed by id, so the engine can write the same part
 again as it progresses (pending → running → completed). The engine holds a session lease for

@@ -120,6 +120,11 @@ class ColumnReader(Protocol):
     def batch_items(self, name: str) -> list[BatchItem]:
         """The items of batch ``name``, in item order."""
 
+    def message_costs(self, ids: Optional[Sequence[str]] = None) -> Fetched:
+        """``session_id``, ``role`` and ``cost`` of each message (what ``sessions_df`` sums per session);
+        by default :meth:`messages`' rows, which have them (a reader may read just those three)."""
+        return self.messages(ids)
+
     def close(self) -> None:
         """Release what the reader holds (an engine of its own)."""
         return None

@@ -39,13 +39,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence
 
-from ..columns import CATEGORIES, TOOL_CALL_NAMES, ColumnReader, ColumnReads, Convert, CorruptRow, Fetched
+from ..columns import CATEGORIES, TOOL_CALL_NAMES, ColumnReader, Convert, CorruptRow, Fetched
 from . import tables as T
 from .doc_values import (TEXT_TYPES, attachment_count, cost_of, error_message, json_member,
                          part_text, tool_call_columns)
 from .sources import driver_errors, engine_for, persistence_of, read_error, where_of
 
-__all__ = ["CATEGORIES", "CorruptRow", "Fetched", "SqlReader", "column_reader", "open_reader", "persistence_of"]
+__all__ = ["CATEGORIES", "CorruptRow", "Fetched", "SqlReader", "open_reader", "persistence_of"]
 
 _CHUNK = 4_096  # rows per fetch: a chunk's row tuples stay in cache until converted
 _MAX_SQL_IDS = 1_000  # a longer session id list is filtered here, not sent as bound parameters
@@ -91,17 +91,6 @@ class _DocumentError(Exception):
 def _is_document_error(e: BaseException) -> bool:
     text = str(getattr(e, "orig", None) or e).lower()
     return "json" in text or "unicode escape" in text
-
-
-def column_reader(source: Any) -> Optional[ColumnReader]:
-    """The frames' seam: a :class:`~we0nb.persistence.columns.ColumnReader` on ``source`` — a store
-    with :class:`~we0nb.persistence.columns.ColumnReads` (or an agent using one) gives its own, an
-    Engine, AsyncEngine or URL a :class:`SqlReader` (see :func:`open_reader`); ``None`` for a store
-    without that capability (read it through its port)."""
-    store = persistence_of(source)
-    if isinstance(store, ColumnReads):
-        return store.column_reader()
-    return open_reader(store)
 
 
 def open_reader(source: Any) -> Optional["SqlReader"]:
