@@ -341,6 +341,32 @@ async def test_an_items_last_call_counts_before_the_slot_takes_the_next_item(sto
         assert batch.cost == pytest.approx(started)
 
 
+async def test_a_retried_items_new_calls_count_against_the_budget_at_once(store) -> None:
+    """Items whose first call cost $1 and whose second failed are retried under a budget of what
+    was spent + $3: each retry's new $1 call counts at once, though the store already holds a cost
+    for its item — three items end, then the budget stops the claims (on every store)."""
+    from we0nb.models.base import ToolResult
+
+    failing = {"on": True}
+
+    def reply(request: Any) -> list:
+        if any(isinstance(m, ToolResult) for m in request.messages):
+            if failing["on"]:
+                raise RuntimeError("the model failed")
+            return [text("done"), usage(1_000_000, 0)]
+        return [tool_call("look", {"q": "x"}), usage(1_000_000, 0)]
+
+    agent = We0Agent(FunctionModel(reply, price=(1.0, 1.0)), tools=[look], persistence=store)
+    names = [f"p{i}" for i in range(8)]
+    first = await agent.batch(names, name="retried", concurrency=1, progress=False)
+    assert first.counts == {"failed": 8}  # ($8 priced; each failed call's cost is unknown: counts nothing)
+    failing["on"] = False
+    again = await agent.batch(names, name="retried", concurrency=1, retry_failed=True, max_cost=11.0,
+                              progress=False)
+    # (on a store whose commits wait, the items claimed ahead and given back read "aborted")
+    assert again.stopped == "max_cost" and again.counts["stop"] == 3 and sum(again.counts.values()) == 8, again.counts
+
+
 async def test_items_running_when_the_budget_is_reached_end_normally() -> None:
     calls: list[str] = []
     batch = await priced_agent(MemoryPersistence(), calls, delay=0.01).batch(
@@ -502,16 +528,25 @@ async def test_the_budget_reads_the_batchs_cost_less_often_when_a_read_is_slow(m
     clock[0] += runner.Budget.READ_EVERY
     assert not await budget.spent() and store.reads == 3
     clock[0] += 1.0
-    budget.add(1, "msg_1", 0.5)  # (this worker's own spending is counted at once, between reads)
+    budget.add("msg_1", 0.5, True)  # (this worker's own spending is counted at once, between reads)
     store.costs[1] = 0.5
     assert not await budget.spent() and store.reads == 3 and budget.total == pytest.approx(0.501)
-    budget.add(1, "msg_1", 0.5)  # (a call told twice counts once)
+    budget.add("msg_1", 0.5, True)  # (a call told twice counts once)
     assert budget.total == pytest.approx(0.501)
     clock[0] += 1.0
     store.costs[0] += 0.6  # another process's spending: seen at the next read
     assert await budget.spent() and store.reads == 4 and budget.total == pytest.approx(1.101)
-    budget.add(2, "msg_2", 0.25)  # (a call whose message the store has not yet: counted once, before and after)
+    budget.add("msg_2", 0.25, False)  # (told before its message is written: counted once, before and after)
     assert budget.total == pytest.approx(1.351)
-    store.costs[2] = 0.25
     clock[0] += 2.0
-    assert await budget.spent() and store.reads == 5 and budget.total == pytest.approx(1.351)
+    assert await budget.spent() and store.reads == 5 and budget.total == pytest.approx(1.351)  # (not yet in the store)
+    store.costs[2] = 0.25
+    budget.add("msg_2", 0.25, True)  # (its event: written now)
+    assert budget.total == pytest.approx(1.351)
+    clock[0] += 2.0
+    assert await budget.spent() and store.reads == 6 and budget.total == pytest.approx(1.351)
+    store.costs[0] += 1.0  # (an item with cost in the store already, run again: its new calls count at once)
+    budget.add("msg_3", 1.0, True)
+    assert budget.total == pytest.approx(2.351)
+    clock[0] += 2.0
+    assert await budget.spent() and store.reads == 7 and budget.total == pytest.approx(2.351)

@@ -119,13 +119,14 @@ async def give_back(store: BatchQueue, name: str, owner: str, taken: "Ready | Ba
 
 async def run_item(agent: Any, taken: "Ready | BatchItem", stop: asyncio.Event, *, own_sessions: bool,
                    backoff: float, after_last_call: Optional[Callable[[], None]] = None,
-                   on_cost: Optional[Callable[[str, Optional[float]], None]] = None) -> ItemOutcome:
+                   on_cost: Optional[Callable[[str, Optional[float], bool], None]] = None) -> ItemOutcome:
     """Run an item claimed by the caller (made ready ahead, or not yet) until its turn ends,
     fails or ``stop`` is set. The outcome's ``release`` is the caller's to wait for
     (:func:`released`); ``after_last_call`` is the run's (:class:`~we0nb.engine.run.Run`);
-    ``on_cost`` is told each model call's cost (its message's id, the cost) as its message is
-    persisted — the last call's before ``after_last_call``, which comes before that message's
-    write (the caller may decide on the next item then), so a message may be told twice."""
+    ``on_cost`` is told each model call's cost (its message's id, the cost, whether the message is
+    in the store yet) as its message is persisted — and the last call's once more before
+    ``after_last_call``, which comes before that message's write (the caller may decide on the
+    next item then): told not yet written."""
     t0 = time.monotonic()
     ready = taken if isinstance(taken, Ready) else await prepare(agent, taken, stop)
     it, request = ready.item, ready.request
@@ -145,13 +146,13 @@ async def run_item(agent: Any, taken: "Ready | BatchItem", stop: asyncio.Event, 
     return outcome
 
 
-def _telling(run: Callable[[], Run], on_cost: Callable[[str, Optional[float]], None],
+def _telling(run: Callable[[], Run], on_cost: Callable[[str, Optional[float], bool], None],
              then: Optional[Callable[[], None]]) -> Callable[[], None]:
     """``after_last_call`` telling ``on_cost`` the last call's cost first (its message is written after)."""
     def last_call() -> None:
         last = next((m.info for m in reversed(run().state.messages) if isinstance(m.info, AssistantMessage)), None)
         if last is not None:
-            on_cost(last.id, last.cost)
+            on_cost(last.id, last.cost, False)
         if then is not None:
             then()
 
@@ -159,7 +160,7 @@ def _telling(run: Callable[[], Run], on_cost: Callable[[str, Optional[float]], N
 
 
 async def _outcome(agent: Any, it: BatchItem, run: Run, t0: float, stop: asyncio.Event, *, clean: bool,
-                   backoff: float, on_cost: Optional[Callable[[str, Optional[float]], None]] = None) -> ItemOutcome:
+                   backoff: float, on_cost: Optional[Callable[[str, Optional[float], bool], None]] = None) -> ItemOutcome:
     """Run ``run`` to its end; how the item ended (``clean``: a prompt run on a session the batch
     made, whose counts its events give)."""
     output_tool = agent.output_tool_name if agent.output_type is not None else None
@@ -179,9 +180,9 @@ async def _outcome(agent: Any, it: BatchItem, run: Run, t0: float, stop: asyncio
                 counts.input_tokens += ev["usage"].input_tokens
                 counts.output_tokens += ev["usage"].output_tokens
                 if on_cost is not None:
-                    on_cost(ev["message"].id, ev["message"].cost)
+                    on_cost(ev["message"].id, ev["message"].cost, True)  # (its event follows its commit)
             elif ev["type"] == "compaction" and on_cost is not None:
-                on_cost(ev["message"].id, ev["message"].cost)
+                on_cost(ev["message"].id, ev["message"].cost, True)
     except asyncio.CancelledError:
         if not stop.is_set():
             raise  # the batch itself was cancelled: the runner gives the claim back

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from functools import partial
 from typing import Any, Callable, Coroutine, Optional
 
 from .._ids import new_id, now
@@ -213,10 +212,9 @@ class Worker:
 
     def _run(self, taken: "Ready | BatchItem", after_last_call: Optional[Callable[[], None]] = None
              ) -> "Coroutine[Any, Any, ItemOutcome]":
-        it = taken.item if isinstance(taken, Ready) else taken
         return run_item(self.agent, taken, self.stop, own_sessions=self.own_sessions,
                         backoff=max(self.backoff, self.BACKOFF), after_last_call=after_last_call,
-                        on_cost=partial(self.budget.add, it.item) if self.budget is not None else None)
+                        on_cost=self.budget.add if self.budget is not None else None)
 
     async def _finish(self, it: BatchItem, run: "asyncio.Future[ItemOutcome]") -> None:
         await self._record(it, await run, claim=False)
@@ -343,14 +341,13 @@ class Budget:
     other processes, earlier calls), at most every :attr:`READ_EVERY` seconds — or
     :attr:`READ_SHARE` of the time, when a read takes longer (the sum goes over every model
     call of the batch: on SQLite ~50 ms for 1,000 items, on the loop's thread). The calls this
-    worker's runs make are counted as they end, per item: an item's cost is the larger of what
-    the store last said and what this worker's calls of it cost — a call's cost reaches the store
-    with its message, which may land after the next claim is decided (an item handing its slot on
-    at its last call), and is then counted neither missing nor twice. So this worker's own
-    spending is seen at once, another process's within ``READ_EVERY`` (or a few seconds on a large
-    batch); an item that is running when the budget is reached ends normally (the budget is
-    checked before each claim). (An item run again after an earlier attempt is counted from what
-    the store says of it, and this worker's new calls once they reach the store.)
+    worker's runs make are added as they end, each until a read is known to include it: a call
+    is told ``written`` once its message is in the store (its event comes after that commit); an
+    item's last call is told earlier, before the slot takes the next item, while its message is
+    still on its way — and stays counted until it is written and read again. So this worker's own
+    spending is seen at once (a retried item's new calls too), another process's within
+    ``READ_EVERY`` (or a few seconds on a large batch); an item that is running when the budget is
+    reached ends normally (the budget is checked before each claim).
     """
 
     READ_EVERY = 0.5
@@ -360,36 +357,38 @@ class Budget:
     def __init__(self, store: Any, name: str, limit: float) -> None:
         self.store, self.name, self.limit = store, name, float(limit)
         self.read_total = 0.0  # the store's sum, as last read
-        self.stored: dict[int, float] = {}  # each item's cost, as last read
-        self.mine: dict[int, float] = {}  # what this worker's calls of each item cost
-        self.told: set[str] = set()  # the messages (model calls) counted in ``mine``
-        self.ahead = 0.0  # sum over items of what this worker's calls cost beyond the store's figure
+        self.unread: dict[str, float] = {}  # this worker's calls the last read may not include: id → cost
+        self.unread_total = 0.0
+        self.written: set[str] = set()  # of those, the ones whose messages are in the store by now
         self.read_at: Optional[float] = None
         self.every = self.READ_EVERY  # seconds from one read to the next
 
     @property
     def total(self) -> float:
-        return self.read_total + self.ahead
+        return self.read_total + self.unread_total
 
-    def add(self, item: int, message_id: str, cost: Optional[float]) -> None:
-        """A call of this worker's run of ``item`` (its message ``message_id``) ended with ``cost``
-        (None: unknown, counts nothing); a message told again counts once."""
-        if cost is None or message_id in self.told:
+    def add(self, message_id: str, cost: Optional[float], written: bool) -> None:
+        """A call of this worker's runs (its message ``message_id``) ended with ``cost`` (None:
+        unknown, counts nothing); ``written``: its message is in the store. Told again, it counts once."""
+        if cost is None:
             return
-        self.told.add(message_id)
-        stored, before = self.stored.get(item, 0.0), self.mine.get(item, 0.0)
-        mine = self.mine[item] = before + cost
-        self.ahead += max(0.0, mine - stored) - max(0.0, before - stored)
+        if message_id not in self.unread:
+            if written and message_id in self.written:
+                return
+            self.unread[message_id] = cost
+            self.unread_total += cost
+        if written:
+            self.written.add(message_id)
 
     async def spent(self) -> bool:
-        """Whether the budget is reached (reading the store's sums when the last read is old)."""
+        """Whether the budget is reached (reading the store's sum when the last read is old)."""
         if self.read_at is None or time.monotonic() - self.read_at >= self.every:
             self.read_at = time.monotonic()
+            included, self.written = self.written, set()  # (written before the read: in its sum)
             costs = await self.store.batch_costs(self.name)
-            self.stored = {c.item: c.priced for c in costs}
-            self.read_total = sum(self.stored.values())
-            stored = self.stored
-            self.ahead = sum(max(0.0, mine - stored.get(item, 0.0)) for item, mine in self.mine.items())
+            self.read_total = sum(c.priced for c in costs)
+            for message_id in included:
+                self.unread_total -= self.unread.pop(message_id, 0.0)
             self.every = max(self.READ_EVERY, (time.monotonic() - self.read_at) / self.READ_SHARE)
         return self.total >= self.limit
 
