@@ -346,3 +346,39 @@ def test_option_errors_are_clear() -> None:
         MCPServer.http("localhost:8000")
     with pytest.raises(RuntimeError, match=r"connect first .*policies\(\)"):
         MCPServer.stdio("x").policies()
+
+
+def test_the_sdks_tracebacks_we0nb_reports_in_one_line_show_only_where_debug_is_on() -> None:
+    """A program that configured logging at WARNING (a handler with no level of its own, as
+    ``logging.basicConfig`` installs) sees no SDK traceback for a fault we0nb reports itself; a
+    logger set to DEBUG sees it as a DEBUG record; the SDK's other records are untouched."""
+    import io
+    import logging
+
+    from we0nb.mcp.sdk_logs import quiet_sdk_tracebacks
+
+    quiet_sdk_tracebacks()
+    sdk = logging.getLogger("mcp.client.stdio")
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    sdk.addHandler(handler)
+    before = sdk.level
+    try:
+        sdk.setLevel(logging.WARNING)
+        try:
+            raise ValueError("not JSON-RPC")
+        except ValueError:
+            sdk.exception("Failed to parse JSONRPC message from server")
+            sdk.error("something else went wrong")
+        assert out.getvalue() == "ERROR something else went wrong\n"
+        sdk.setLevel(logging.DEBUG)
+        try:
+            raise ValueError("not JSON-RPC")
+        except ValueError:
+            sdk.exception("Failed to parse JSONRPC message from server")
+        assert out.getvalue().splitlines()[1] == "DEBUG Failed to parse JSONRPC message from server"
+        assert "ValueError: not JSON-RPC" in out.getvalue()
+    finally:
+        sdk.removeHandler(handler)
+        sdk.setLevel(before)

@@ -3,9 +3,11 @@
 The SDK logs a full traceback (``logger.exception``) when a server answers something that is
 not MCP, when an OAuth flow fails, and when a transport closed by an abort is still being
 written to; we0nb turns the same faults into one :class:`~we0nb.MCPServerError` or tool error
-line (or, for the close, nothing to report). Those records are kept — as DEBUG, without the
-traceback text shown — so a user's notebook gets the one line, not a red traceback too. Only
-these messages of the SDK's client loggers are touched, and only once a connection is opened.
+line (or, for the close, nothing to report). Those records are kept as DEBUG records: a handler
+sees them (with their traceback) only where their logger is enabled for DEBUG — so a user's
+notebook, or a program that configured logging at WARNING, gets the one line, not a traceback
+too. Only these messages of the SDK's client loggers are touched, and only once a connection is
+opened.
 """
 
 from __future__ import annotations
@@ -24,13 +26,18 @@ _REPORTED = {
 
 
 class _Demote(logging.Filter):
-    def __init__(self, messages: tuple[str, ...]) -> None:
+    """On the SDK's logger: these records become DEBUG ones, and go on only where it logs DEBUG
+    (the logger let them through at their own level, before this filter ran)."""
+
+    def __init__(self, logger: logging.Logger, messages: tuple[str, ...]) -> None:
         super().__init__()
+        self.logger = logger
         self.messages = messages
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno > logging.DEBUG and isinstance(record.msg, str) and record.msg.startswith(self.messages):
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return self.logger.isEnabledFor(logging.DEBUG)
         return True
 
 
@@ -44,4 +51,5 @@ def quiet_sdk_tracebacks() -> None:
         return
     _installed = True
     for name, messages in _REPORTED.items():
-        logging.getLogger(name).addFilter(_Demote(messages))
+        logger = logging.getLogger(name)
+        logger.addFilter(_Demote(logger, messages))
