@@ -205,12 +205,10 @@ def test_the_frames_read_a_store_of_ones_own_through_its_column_reads() -> None:
     ``message_costs`` included by default; the frames are those of the same records read otherwise."""
     from we0nb import (Persistence, ScriptedModel, We0Agent, messages_df, parts_df, sessions_df, text,
                        tool_calls_df, user_message)
-    from we0nb.persistence.columns import ColumnReader
-
     inner = MemoryPersistence()
-    opened: list[ColumnReader] = []
+    opened: list[Any] = []
 
-    class Reads(ColumnReader):  # (a reader of one's own: the memory store's, its methods forwarded)
+    class Reads:  # (a reader of one's own, with ColumnReader's methods, not a subclass: the memory store's)
         where = "Own"
 
         def __init__(self) -> None:
@@ -231,11 +229,17 @@ def test_the_frames_read_a_store_of_ones_own_through_its_column_reads() -> None:
         def batch_items(self, name: str) -> Any:
             return self.inner.batch_items(name)
 
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            self.inner.close()
+
     class Own(Persistence):
         keeps_views = False
         commit_waits = False
 
-        def column_reader(self) -> ColumnReader:
+        def column_reader(self) -> Any:
             opened.append(Reads())
             return opened[-1]
 

@@ -188,7 +188,8 @@ def _sessions(reader: Any, ids, since, until, convert) -> Any:
     fetched = reader.sessions(ids, since, until)
     if since is not None or until is not None:  # (the selected sessions' every message counts)
         ids = [sid for chunk in fetched.chunks for sid in chunk["session_id"]]
-    costs = reader.message_costs(ids)
+    # (a reader with ColumnReader's methods only, not a subclass, lacks the default: its messages have them)
+    costs = reader.message_costs(ids) if hasattr(reader, "message_costs") else reader.messages(ids)
     by_session: dict[str, list] = {}
     for chunk in costs.chunks:
         for sid, role, cost in zip(chunk["session_id"], chunk["role"], chunk["cost"]):
