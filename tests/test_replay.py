@@ -286,3 +286,51 @@ def test_a_call_the_recorded_run_was_stopped_in_is_served_cut_never_as_an_answer
             await We0Agent(unresumed, persistence=store).invoke(session_id="ses_cut3", messages=[user_message("q")])
 
     run(go())
+
+
+def test_a_call_cut_after_a_tool_call_streamed_is_cut_and_one_cut_while_its_tools_ran_is_whole(store):
+    """A tool call that streamed before the cut never ran: the step is served cut (its call left for
+    the replay's resume, as the recorded resume found it); a step cut while its call ran had a
+    whole reply: served as its calls."""
+    from we0nb import ModelError, tool
+
+    ran: list[str] = []
+
+    @tool(side_effects=False)
+    async def look(q: str) -> str:
+        """Read-only."""
+        ran.append(q)
+        await asyncio.sleep(0.2)
+        return "seen"
+
+    async def record(sid: str, script: list, when) -> None:
+        agent = We0Agent(ScriptedModel(script, delay=0.02), tools=[look], persistence=store)
+        abort = asyncio.Event()
+        with pytest.raises(asyncio.CancelledError):
+            async for ev in agent.stream(abort=abort, session_id=sid, messages=[user_message("q")]):
+                if when(ev):
+                    abort.set()
+        await We0Agent(ScriptedModel([[text("final")]]), tools=[look], persistence=store).invoke(
+            session_id=sid, mode="resume")
+
+    async def go():
+        await record("ses_cs", [[tool_call("look", {"q": "a"}), text(["x", "y", "z"])]],
+                     lambda ev: ev["type"] == "text-delta")
+        await record("ses_ct", [[tool_call("look", {"q": "b"})], [text("z")]],
+                     lambda ev: ev["type"] == "tool" and ev["part"].state.status == "running")
+        ran.clear()
+
+        replay = ReplayModel(store, "ses_cs")
+        again = We0Agent(replay, tools=[look], persistence=store)
+        with pytest.raises(ModelError, match="cut off"):
+            await again.invoke(session_id="ses_cs2", messages=[user_message("q")])
+        assert ran == []  # (the call that streamed before the cut is not run as if the reply were whole)
+        assert (await again.invoke(session_id="ses_cs2", mode="resume")).text == "final"
+        assert ran == ["a"] and replay.step == 2  # (recalled by the resume, as in the recording)
+
+        ran.clear()
+        whole = We0Agent(ReplayModel(store, "ses_ct"), tools=[look], persistence=store)
+        assert (await whole.invoke(session_id="ses_ct2", messages=[user_message("q")])).text == "final"
+        assert ran == ["b"]
+
+    run(go())

@@ -289,14 +289,22 @@ CUT_MESSAGE = "the recorded run was stopped (aborted or killed) during this call
 
 
 def _cut(m: MessageWithParts, info: AssistantMessage) -> Optional[tuple[str, str]]:
-    """A recorded model call cut off while it streamed: no finish, no tool call (calls run once
-    the reply has ended: a step with calls was cut while they ran, its reply was whole). Served
+    """A recorded model call cut off while it streamed: no finish, and none of its calls started
+    in the live run (calls run once the reply has ended, so a step with a call that ran, waited
+    for a person or was blocked by another was cut while they ran: its reply was whole). Served
     as what it streamed, then a failure: the run that replays it stops there too, and a resume
     asks for the next step, as the recorded run's resume did — never a fragment as an answer."""
-    if info.finish_reason is not None or m.tool_parts:
+    if info.finish_reason is not None or any(_started_live(p) for p in m.tool_parts):
         return None
     error = info.error
     return (CUT_REASON, CUT_MESSAGE) if error is None or error.reason == UNFINISHED_REASON else None
+
+
+def _started_live(p: ToolPart) -> bool:
+    """Whether the call started (or was decided on) in the live run, not only in a recovery after it."""
+    recovered = 1 if p.state.metadata.get("recalled") is True else 0
+    return (p.attempts - recovered > 0 or p.approval is not None
+            or p.interrupted and p.state.metadata.get("reason") == "blocked")
 
 
 def comparable(m: ModelMessage) -> dict[str, Any]:
