@@ -359,6 +359,39 @@ def test_a_cases_output_is_the_structured_output_the_run_returned(store):
     assert seen == [Answer(value=4), {"value": 4}] and type(seen[0]) is Answer
 
 
+def test_a_cases_output_is_the_output_types_instance_for_a_dataclass_and_an_aliased_model(store):
+    import dataclasses
+
+    from pydantic import BaseModel, Field
+
+    from we0nb import output
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    class Aliased(BaseModel):
+        value: int = Field(alias="Value")
+
+    seen = []
+
+    def look(case):
+        seen.append(case.output)
+        return True
+
+    async def go():
+        # (what a model sends: the output tool's arguments, by the schema's names — an alias for Aliased)
+        for kind, answer, name in ((Point, {"x": 2}, "b_dataclass"), (Aliased, {"Value": 5}, "b_alias")):
+            agent = We0Agent(FunctionModel(lambda request, a=answer: [output(a)]), persistence=store,
+                             output_type=kind)
+            batch = await agent.batch(["q"], name=name, progress=False)
+            assert batch.items[0].status == "stop", batch.items[0].error
+            await batch.score([scorer(look, name=f"look_{name}")], progress=False)
+
+    run(go())
+    assert seen == [Point(x=2), Aliased(Value=5)] and [type(x) for x in seen] == [Point, Aliased]
+
+
 def test_a_case_without_tool_calls_is_made_without_reading_its_transcript(store, monkeypatch):
     seen, read = [], []
 

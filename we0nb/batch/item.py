@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
 from .._ids import now
 from ..errors import LeaseLostError, ModelProviderError, PersistenceError, SessionBusyError
 from ..engine.request import RunRequest
@@ -253,11 +255,17 @@ def _count(tr: Transcript, output_tool: Optional[str]) -> _Counts:
 
 
 def _json(value: Any) -> Optional[str]:
+    """A structured output as the batch stores it: a model's own JSON; any other type (a dataclass,
+    a TypedDict, a list of models) as the JSON pydantic makes of it; what it cannot, as text."""
     if value is None:
         return None
     dump = getattr(value, "model_dump_json", None)
     if dump is not None:
         return dump()
+    try:
+        return json.dumps(to_jsonable_python(value), ensure_ascii=False)
+    except (PydanticSerializationError, TypeError, ValueError):
+        pass
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):

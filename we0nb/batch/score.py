@@ -382,6 +382,12 @@ def _output(adapter: Any, stored: Optional[str]) -> Any:
         return stored
     if adapter is None:
         return decoded
+    try:  # (stored by field names: a field with an alias is read by its name too)
+        return adapter.validate_python(decoded, by_name=True)
+    except TypeError:  # (pydantic before 2.11: no by_name)
+        pass
+    except ValidationError:
+        return decoded
     try:
         return adapter.validate_python(decoded)
     except ValidationError:
