@@ -233,6 +233,32 @@ async def test_tool_list_changes_reach_the_next_step(tmp_path: Path) -> None:
         assert "extra" in agent.tools_by_name
 
 
+async def test_a_tool_a_server_adds_while_running_that_clashes_is_hidden_and_the_run_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A clash at the first connection is the agent's setup (ValueError); one the server makes later,
+    adding a tool named like a Python tool, hides the newcomer with a warning: the run, and the
+    next ones, go on with the Python tool (before: the run failed mid-turn and every later run too)."""
+    from we0nb import tool
+
+    @tool(side_effects=False)
+    def clash() -> str:
+        """The Python tool."""
+        return "the python one"
+
+    server = stdio_server(tmp_path / "ledger", trust_annotations=True)
+    model = ScriptedModel([[tool_call("grow", {"name": "clash"})], [tool_call("clash", {})], [text("done")],
+                           [text("again")]])
+    async with We0Agent(model, tools=[clash, server]) as agent:
+        with caplog.at_level("WARNING", logger="we0nb.mcp"):
+            r, (_, called) = await run(agent)
+        assert r.result == "stop" and called.state.output == "the python one"
+        assert [s.name for s in model.requests[1].tools].count("clash") == 1
+        warned = [rec.getMessage() for rec in caplog.records if "now offers a tool named 'clash'" in rec.getMessage()]
+        assert warned and warned[0].startswith("MCP server ") and "a Python tool" in warned[0]
+        assert "prefix" in warned[0]
+        assert (await agent.invoke(session_id=r.session_id, messages=[user_message("more")])).text == "again"
+
+
 # --------------------------------------------------------------------------- lifetime
 
 

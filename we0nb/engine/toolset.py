@@ -10,11 +10,14 @@ and asking costs nothing: the run reads ``toolset.table`` and never awaits.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 
 from ..models.base import ToolSchema
 from ..tools import AnyToolDefinition, ToolPolicy
+
+log = logging.getLogger("we0nb.mcp")
 
 __all__ = ["ToolSource", "ToolTable", "Toolset"]
 
@@ -70,7 +73,10 @@ class Toolset:
             return self.table
         lists = tuple([await s.ensure_tools() for s in self.sources])
         if any(a is not b for a, b in zip(lists, self._lists)):
-            self.table = self._build(lists)
+            first = not any(self._lists)
+            # (a clash in the lists of a first connection is the agent's setup: an error; one a server
+            # made later, adding a tool while it runs, hides the newcomer: the run goes on)
+            self.table = self._build(lists, None if first else self._owner_of)
             self._lists = lists
         return self.table
 
@@ -85,26 +91,45 @@ class Toolset:
         if first is not None:  # pragma: no cover
             raise first
 
-    def _build(self, lists: Sequence[Sequence[AnyToolDefinition]]) -> ToolTable:
+    def _build(self, lists: Sequence[Sequence[AnyToolDefinition]],
+               before: Optional[dict[str, str]] = None) -> ToolTable:
+        """The table of the static tools and the sources' lists. Two tools of one name raise
+        ValueError — unless ``before`` (who gave each tool until now) is given: then the tool that
+        was there before stays, the new one is hidden, and a warning says so."""
         by_name: dict[str, AnyToolDefinition] = {t.name: t for t in self.static}
         owner: dict[str, str] = {t.name: "a Python tool" for t in self.static}
-        schemas = list(self._static_schemas)
+        given: dict[str, ToolSchema] = {}
         for source, tools in zip(self.sources, lists):
             for t in tools:
                 if t.name in by_name:
-                    raise ValueError(_clash(t.name, owner[t.name], source.label))
+                    if before is None:
+                        raise ValueError(_clash(t.name, owner[t.name], source.label))
+                    kept, hidden = ((source.label, owner[t.name]) if before.get(t.name) == source.label
+                                    else (owner[t.name], source.label))
+                    log.warning("%s now offers a tool named %r, as %s does: the one of %s is hidden from the "
+                                "model. Give the MCP server a prefix (MCPServer.stdio(..., prefix='files_')) to "
+                                "keep both.", _upper(hidden), t.name, kept, hidden)
+                    if kept != source.label:
+                        continue
                 by_name[t.name] = t
                 owner[t.name] = source.label
-                schemas.append(ToolSchema(t.name, t.description, t.json_schema()))
+                given[t.name] = ToolSchema(t.name, t.description, t.json_schema())
+        schemas = [*self._static_schemas, *given.values()]
+        self._owner_of = owner  # (who gives each tool: what a later rebuild keeps on a clash)
         policies = {name: t.policy for name, t in by_name.items()}
         if self.output is not None:
             if self.output.name in by_name:
-                raise ValueError(f"{owner[self.output.name].capitalize()} has a tool named {self.output.name!r}, "
+                raise ValueError(f"{_upper(owner[self.output.name])} has a tool named {self.output.name!r}, "
                                  "which is reserved for structured output; rename it, give its server a "
                                  "prefix=, or pass output_tool_name=.")
             schemas.append(self.output)
             policies[self.output.name] = ToolPolicy(side_effects=False)
         return ToolTable(tuple(by_name.values()), by_name, tuple(schemas), policies)
+
+
+def _upper(label: str) -> str:
+    """``label`` starting a sentence (``str.capitalize`` would lower the rest: 'Mcp server')."""
+    return label[:1].upper() + label[1:]
 
 
 def _clash(name: str, first: str, second: str) -> str:
