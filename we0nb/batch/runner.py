@@ -372,9 +372,7 @@ class Budget:
         unknown, counts nothing); ``written``: its message is in the store. Told again, it counts once."""
         if cost is None:
             return
-        if message_id not in self.unread:
-            if written and message_id in self.written:
-                return
+        if message_id not in self.unread:  # (``written`` holds only ids in ``unread``)
             self.unread[message_id] = cost
             self.unread_total += cost
         if written:

@@ -302,9 +302,7 @@ def _cut(m: MessageWithParts, info: AssistantMessage) -> Optional[tuple[str, str
 
 def _started_live(p: ToolPart) -> bool:
     """Whether the call started (or was decided on) in the live run, not only in a recovery after it."""
-    recovered = 1 if p.state.metadata.get("recalled") is True else 0
-    return (p.attempts - recovered > 0 or p.approval is not None
-            or p.interrupted and p.state.metadata.get("reason") == "blocked")
+    return p.attempts - int(p.recalled) > 0 or p.approval is not None or p.interrupt_reason == "blocked"
 
 
 def comparable(m: ModelMessage) -> dict[str, Any]:
